@@ -1,0 +1,30 @@
+# Sourced by scripts/demo.sh and scripts/test.sh: creates the project's virtualenv if needed and
+# installs the project into it with the extras named in $SWARM_EXTRAS. Re-running is cheap: the
+# install is skipped while pyproject.toml and the extras are unchanged.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SWARM_VENV:-$ROOT/.venv}"
+PYTHON_BIN="${PYTHON:-python3}"
+
+if ! "$PYTHON_BIN" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "Swarm needs Python 3.11 or newer; $PYTHON_BIN is $("$PYTHON_BIN" --version 2>&1)." >&2
+    exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating virtualenv $VENV"
+    "$PYTHON_BIN" -m venv "$VENV"
+fi
+
+stamp="$VENV/.swarm-installed"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16) $SWARM_EXTRAS"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "==> installing swarm-sapo[$SWARM_EXTRAS] into $VENV (first run takes a few minutes)"
+    # torch first, alone: its pinned CPU build must win over any CUDA build a resolver might pick.
+    "$VENV/bin/pip" install --quiet --upgrade pip
+    "$VENV/bin/pip" install --quiet "torch==2.13.0"
+    "$VENV/bin/pip" install --quiet -e "$ROOT[$SWARM_EXTRAS]"
+    echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"
+cd "$ROOT"

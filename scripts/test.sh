@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Quick start, second command: install everything the tests need, then run the whole suite.
+# Arguments are passed to pytest. Set DATABASE_URL and REDIS_URL to test against PostgreSQL
+# and Redis; leave them unset to test the embedded mode.
+SWARM_EXTRAS="coordinator,dev"
+source "$(dirname "$0")/bootstrap.sh"
+# Tests keep their own data directory (database file, broker queue, built models) apart from
+# the demo's, and need no real secret.
+export SWARM_DATA_DIR="${SWARM_DATA_DIR:-$ROOT/data/test}"
+export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only}"
+exec python -m pytest "$@"

@@ -1,0 +1,42 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels' URL router.
+
+Run with ``daphne swarm_app.asgi:application`` (or any ASGI server).
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "swarm_app.settings")
+# Django must be set up before anything imports models (the routing modules do).
+django_http = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from swarm_app.core.routing import websocket_urlpatterns as core_ws  # noqa: E402
+
+if settings.SERVE_STATIC:
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    django_http = ASGIStaticFilesHandler(django_http)
+
+# Machine clients (workers, benchmarks) authenticate with tokens and send no Origin header;
+# browser sockets carry a session cookie, so they are checked against ALLOWED_HOSTS.
+machine_routes = [*core_ws]
+browser_routes: list = []
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_http,
+        "websocket": URLRouter(
+            [
+                *machine_routes,
+                path("", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(browser_routes)))),
+            ]
+        ),
+    }
+)

@@ -1,0 +1,11 @@
+"""The Celery application; its broker and beat schedule come from Django settings (CELERY_*)."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "swarm_app.settings")
+
+app = Celery("swarm_app")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

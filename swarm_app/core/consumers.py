@@ -1,0 +1,22 @@
+"""A bare websocket echo endpoint.
+
+It is the baseline that bench/coordinator.py measures the coordinator against (same ASGI
+server, same process, no work per message), and a probe that proxies pass websockets through.
+"""
+
+from __future__ import annotations
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+# Same bound as the worker protocol's largest message, so the echo cannot be used to make the
+# server buffer more than the coordinator itself would.
+MAX_ECHO_BYTES = 4 * 1024 * 1024
+
+
+class EchoConsumer(AsyncWebsocketConsumer):
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_ECHO_BYTES:
+            await self.close(code=1009)  # 1009: message too big
+            return
+        await self.send(text_data=text_data, bytes_data=bytes_data)

@@ -1,0 +1,107 @@
+"""Real server processes for tests: the ASGI coordinator (daphne) and Celery workers.
+
+Each runs as a child process against the *test* database, so what a test stores through the
+ORM is what the server sees, and the other way round.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL for the database the tests are using right now (the test database)."""
+    settings_dict = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{auth}{settings_dict['HOST'] or '127.0.0.1'}{port}/{settings_dict['NAME']}"
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": test_database_url(),
+            "SECRET_KEY": "test-secret-key-not-for-production",
+            "PYTHONUNBUFFERED": "1",
+            # One torch thread per process: several processes share 2 cores in the tests.
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with code {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status < 500:
+                    return
+        except Exception as error:  # connection refused while the server starts
+            last_error = error
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s: {last_error}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM the process group, then SIGKILL what is left."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=5)
+
+
+@contextmanager
+def asgi_server(log_path: Path, **env: str) -> Iterator[str]:
+    """Start daphne on a free loopback port; yield its base URL (http://127.0.0.1:PORT)."""
+    port = free_port()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "swarm_app.asgi:application"],
+            cwd=ROOT,
+            env=server_env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/healthz", proc=proc)
+        yield base
+    finally:
+        stop(proc)

@@ -1,0 +1,63 @@
+"""The project's ground rules: layout, settings per mode, and a real server answering."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import websockets
+from django.conf import settings
+from django.db import connection
+
+from tests.servers import ROOT
+
+
+def test_stdlib_platform_is_not_shadowed_from_repo_root():
+    result = subprocess.run(
+        [sys.executable, "-c", "import platform; print(platform.system())"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == os.uname().sysname
+    assert not list((ROOT / "platform").rglob("*.py")), "platform/ must hold deployment files only"
+
+
+def test_worker_package_imports_no_django():
+    code = "import sys, worker, worker.cli; print(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_settings_follow_the_environment():
+    if os.environ.get("REDIS_URL"):
+        assert not settings.EMBEDDED
+        assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+        assert settings.CELERY_BROKER_URL == os.environ["REDIS_URL"]
+    else:
+        assert settings.EMBEDDED
+        assert settings.CELERY_BROKER_URL == "filesystem://"
+    expected_vendor = "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
+    assert connection.vendor == expected_vendor
+
+
+def test_coordinator_serves_home_health_and_websockets(coordinator):
+    with urllib.request.urlopen(f"{coordinator}/", timeout=10) as response:
+        assert response.status == 200
+        assert "Swarm" in response.read().decode()
+    with urllib.request.urlopen(f"{coordinator}/healthz", timeout=10) as response:
+        health = json.load(response)
+    assert health["ok"] is True
+    assert health["database"] == connection.vendor
+
+    async def echo() -> str:
+        async with websockets.connect(coordinator.replace("http", "ws") + "/ws/echo/") as ws:
+            await ws.send("ping")
+            return await asyncio.wait_for(ws.recv(), timeout=10)
+
+    assert asyncio.run(echo()) == "ping"
