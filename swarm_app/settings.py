@@ -62,7 +62,9 @@ def _secret_key() -> str:
     if key:
         return key
     if DATABASE_URL and not DATABASE_URL.startswith("sqlite") and not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL names a server and DEBUG is off.")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DATABASE_URL names a server and DEBUG is off."
+        )
     # Embedded mode: a key generated once and kept beside the database, so sessions survive restarts.
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():

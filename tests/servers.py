@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from django.db import connection
@@ -79,10 +79,8 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, ProcessLookupError):
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=5)
 
 
@@ -92,7 +90,16 @@ def asgi_server(log_path: Path, **env: str) -> Iterator[str]:
     port = free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "swarm_app.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "swarm_app.asgi:application",
+            ],
             cwd=ROOT,
             env=server_env(**env),
             stdout=log,

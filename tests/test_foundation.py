@@ -30,7 +30,9 @@ def test_stdlib_platform_is_not_shadowed_from_repo_root():
 
 def test_worker_package_imports_no_django():
     code = "import sys, worker, worker.cli; print(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 

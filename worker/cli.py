@@ -1,6 +1,6 @@
 """`swarm-worker`: the volunteer's command line.
 
-    swarm-worker doctor                 check this machine before joining
+swarm-worker doctor                 check this machine before joining
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="swarm-worker", description="Swarm volunteer worker and SAPO engine.")
+    parser = argparse.ArgumentParser(
+        prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
+    )
     parser.add_argument("--version", action="version", version=f"swarm-worker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

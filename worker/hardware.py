@@ -94,20 +94,25 @@ def doctor_checks(hw: Hardware) -> list[Check]:
         Check(
             "device",
             True,
-            f"{hw.device} ({hw.device_name})" + (f", {hw.vram_bytes / GIB:.1f} GiB VRAM" if hw.vram_bytes else ""),
+            f"{hw.device} ({hw.device_name})"
+            + (f", {hw.vram_bytes / GIB:.1f} GiB VRAM" if hw.vram_bytes else ""),
             "" if hw.device != "cpu" else "No GPU found: this worker will run the small CPU tiers only.",
         ),
         Check(
             "memory",
             hw.ram_bytes >= 4 * GIB,
             f"{hw.ram_bytes / GIB:.1f} GiB RAM",
-            "" if hw.ram_bytes >= 4 * GIB else "Less than 4 GiB RAM: close other programs or use a bigger machine.",
+            ""
+            if hw.ram_bytes >= 4 * GIB
+            else "Less than 4 GiB RAM: close other programs or use a bigger machine.",
         ),
         Check(
             "disk",
             hw.disk_free_bytes >= 5 * GIB,
             f"{hw.disk_free_bytes / GIB:.1f} GiB free in the data directory",
-            "" if hw.disk_free_bytes >= 5 * GIB else "Free at least 5 GiB for models and checkpoints, or pass --data-dir.",
+            ""
+            if hw.disk_free_bytes >= 5 * GIB
+            else "Free at least 5 GiB for models and checkpoints, or pass --data-dir.",
         ),
         Check(
             "backends",
@@ -123,5 +128,7 @@ def doctor_checks(hw: Hardware) -> list[Check]:
 
         checks.append(Check("reasoning-gym", True, "importable"))
     except ImportError as error:
-        checks.append(Check("reasoning-gym", False, str(error), "Reinstall the worker: pip install swarm-sapo"))
+        checks.append(
+            Check("reasoning-gym", False, str(error), "Reinstall the worker: pip install swarm-sapo")
+        )
     return checks
