@@ -34,6 +34,69 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if all(check.ok for check in checks) else 1
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from worker.agent import AgentConfig
+    from worker.arms import Arm, controls_for, sapo_table_arms
+    from worker.models import tier
+    from worker.simulate import SimulationConfig, simulate
+    from worker.tasks import preset
+    from worker.trainer import GRPOConfig
+
+    spec = tier(args.tier)
+    if args.preset == "sapo-table":
+        arms = sapo_table_arms(args.questions)
+    else:
+        strategy_local = args.local_strategy
+        strategy_external = args.external_strategy
+        arms = [
+            Arm(f"{args.local}/{args.external}", args.local, args.external, strategy_local, strategy_external)
+        ]
+        if args.controls:
+            arms += controls_for(arms[0])
+    grpo = GRPOConfig(
+        learning_rate=args.lr if args.lr is not None else spec.learning_rate,
+        num_iterations=args.num_iterations,
+        temperature=args.temperature,
+        beta=args.beta,
+    )
+    agent = AgentConfig(
+        questions_per_round=args.questions,
+        group_size=args.group_size,
+        num_local=min(args.local, args.questions),
+        num_external=args.external,
+        max_new_tokens=args.max_new_tokens,
+        system_prompt=args.system_prompt,
+        seed=args.seed,
+        grpo=grpo,
+    )
+    config = SimulationConfig(
+        agents=args.agents,
+        rounds=args.rounds,
+        tier=args.tier,
+        seed=args.seed,
+        mix=preset(args.tasks),
+        agent=agent,
+        checkpoint_every=args.checkpoint_every,
+    )
+    results = simulate(
+        config, arms, args.out, checkpoint_dir=args.checkpoint_dir, show_progress=not args.quiet
+    )
+    for name, arm in results["arms"].items():
+        per_agent = [sum(m["reward"] for m in rounds) for rounds in arm["agents"].values()]
+        print(f"{name:>16}: cumulative reward per agent {sum(per_agent) / len(per_agent):.2f}")
+    print(f"results: {args.out}")
+    return 0
+
+
+def cmd_build_tiny(args: argparse.Namespace) -> int:
+    from worker.models import model_cache_dir
+    from worker.tiny import ensure_tiny_model
+
+    path = ensure_tiny_model(args.tier, args.cache_dir or model_cache_dir())
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
@@ -44,6 +107,45 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check Python, torch, device, memory and disk")
     doctor.add_argument("--data-dir", type=Path, default=default_data_dir())
     doctor.set_defaults(func=cmd_doctor)
+
+    sim = sub.add_parser("simulate", help="run N agents over an in-process pool")
+    sim.add_argument("--agents", type=int, default=4)
+    sim.add_argument("--local", type=int, default=4, help="I: own rollouts trained on per round")
+    sim.add_argument("--external", type=int, default=4, help="J: others' rollouts trained on per round")
+    sim.add_argument("--rounds", type=int, default=30)
+    sim.add_argument("--tier", default="tiny-1m")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--out", type=Path, default=Path("results.json"))
+    sim.add_argument(
+        "--controls", action="store_true", help="also run the isolated and filtered-isolated arms"
+    )
+    sim.add_argument(
+        "--preset", choices=["sapo-table"], help="run the paper's arms plus the missing controls"
+    )
+    sim.add_argument("--tasks", default="cpu", help="task preset (cpu, rgym9)")
+    sim.add_argument("--questions", type=int, default=8, help="B: questions generated per agent per round")
+    sim.add_argument("--group-size", type=int, default=8, help="G: completions per question")
+    sim.add_argument("--max-new-tokens", type=int, default=24)
+    sim.add_argument("--temperature", type=float, default=1.0)
+    sim.add_argument("--lr", type=float, default=None, help="default: the tier's")
+    sim.add_argument("--num-iterations", type=int, default=1)
+    sim.add_argument("--beta", type=float, default=0.0)
+    sim.add_argument("--system-prompt", default="default")
+    sim.add_argument(
+        "--local-strategy", default="nonzero_advantage", choices=["uniform", "nonzero_advantage"]
+    )
+    sim.add_argument(
+        "--external-strategy", default="nonzero_advantage", choices=["uniform", "nonzero_advantage"]
+    )
+    sim.add_argument("--checkpoint-dir", type=Path, default=None)
+    sim.add_argument("--checkpoint-every", type=int, default=0)
+    sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    sim.set_defaults(func=cmd_simulate)
+
+    build = sub.add_parser("build-tiny", help="build a built-in CPU tier (tiny-1m, tiny-5m, tiny-20m)")
+    build.add_argument("tier")
+    build.add_argument("--cache-dir", type=Path, default=None)
+    build.set_defaults(func=cmd_build_tiny)
     return parser
 
 

@@ -1,0 +1,99 @@
+"""Model tiers: what a node trains, where its weights come from, and what hardware it needs.
+
+Every tier loads through the same ``from_pretrained`` call on a local directory or a hub id:
+the built-in CPU tiers (``tiny-*``) are built offline once into the model cache
+(worker/tiny.py) and then loaded exactly like a volunteer's downloaded Qwen model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # tier name, e.g. "tiny-1m" or "qwen2.5-0.5b"
+    source: str  # hub id, local path, or "builtin:<tier>" for the offline tiny tiers
+    dtype: str = "float32"  # torch dtype name for training
+    params: int = 0  # approximate parameter count
+    min_ram_bytes: int = 2 * GIB  # needed to train on CPU
+    min_vram_bytes: int = 0  # needed to train on a GPU (0: runs on CPU)
+    cpu_ok: bool = True  # trains at a useful speed on a CPU
+    learning_rate: float = 1e-5  # a default that learns without collapsing (measured, docs/engine.md)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+TIERS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("tiny-1m", "builtin:tiny-1m", params=920_000, min_ram_bytes=1 * GIB, learning_rate=1e-4),
+        ModelSpec("tiny-5m", "builtin:tiny-5m", params=5_000_000, min_ram_bytes=1 * GIB, learning_rate=1e-4),
+        ModelSpec(
+            "tiny-20m", "builtin:tiny-20m", params=19_400_000, min_ram_bytes=2 * GIB, learning_rate=5e-5
+        ),
+        # Real tiers for volunteers with internet access. VRAM: weights, grads and Adam states in
+        # fp32/bf16 mixed for the learner plus the vLLM engine's share; see docs/engine.md.
+        ModelSpec(
+            "qwen2.5-0.5b",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            dtype="bfloat16",
+            params=494_000_000,
+            min_ram_bytes=8 * GIB,
+            min_vram_bytes=12 * GIB,
+            cpu_ok=False,
+        ),
+        ModelSpec(
+            "qwen2.5-1.5b",
+            "Qwen/Qwen2.5-1.5B-Instruct",
+            dtype="bfloat16",
+            params=1_540_000_000,
+            min_ram_bytes=16 * GIB,
+            min_vram_bytes=32 * GIB,
+            cpu_ok=False,
+        ),
+    )
+}
+
+
+def tier(name: str) -> ModelSpec:
+    try:
+        return TIERS[name]
+    except KeyError:
+        raise ValueError(f"unknown model tier {name!r}; tiers: {', '.join(TIERS)}") from None
+
+
+def model_cache_dir(data_dir: Path | None = None) -> Path:
+    """Where built and downloaded models live: $SWARM_MODEL_CACHE, else <data dir>/models."""
+    if os.environ.get("SWARM_MODEL_CACHE"):
+        return Path(os.environ["SWARM_MODEL_CACHE"])
+    base = data_dir or Path(os.environ.get("SWARM_DATA_DIR") or Path.home() / ".swarm")
+    return base / "models"
+
+
+def resolve(spec: ModelSpec, cache_dir: Path, log=print) -> str:
+    """A path or hub id that ``from_pretrained`` accepts; builds a tiny tier on first use."""
+    if spec.source.startswith("builtin:"):
+        from worker.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model(spec.source.removeprefix("builtin:"), cache_dir, log=log))
+    return spec.source
+
+
+def load_policy(spec: ModelSpec, cache_dir: Path, device: str = "cpu", log=print):
+    """(model, tokenizer) for ``spec``, the model on ``device`` in training dtype."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    location = resolve(spec, cache_dir, log=log)
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = getattr(torch, spec.dtype) if device != "cpu" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to(device)
+    return model, tokenizer

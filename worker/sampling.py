@@ -1,0 +1,115 @@
+"""Which rollouts a node trains on each round: I local plus J external.
+
+Strategies (chosen separately for the local and the external side):
+
+* ``uniform``: any rollout, drawn uniformly without replacement.
+* ``nonzero_advantage``: only groups whose G rewards are not all equal. A group with equal
+  rewards has A = 0 for every completion, so it adds no gradient; but under DAPO's token-level
+  loss its tokens still count in the normaliser (number of tokens in the batch), so keeping it
+  dilutes the signal of the rest. This is the filter the SAPO paper gave its sharing arms and
+  not its 8/0 baseline; giving it to an isolated arm too is the control the paper lacked.
+
+When too few rollouts qualify, the batch is *short*: it holds every qualifying rollout and is
+never topped up with non-qualifying ones (that would undo the filter). The shortfall is counted
+in :class:`BatchStats` (``local_shortfall``, ``external_shortfall``) and reported in the round's
+metrics, so an arm that trains on fewer samples than asked is visible, not silent. A round with
+nothing to train on skips the optimizer step (``trained = False`` in the metrics).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from worker.rollout import Rollout
+
+Strategy = Literal["uniform", "nonzero_advantage"]
+STRATEGIES: tuple[str, ...] = ("uniform", "nonzero_advantage")
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown sampling strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def qualifies(rollout: Rollout, strategy: str) -> bool:
+    if strategy == "uniform":
+        return True
+    if strategy == "nonzero_advantage":
+        return not rollout.zero_advantage
+    raise ValueError(f"unknown sampling strategy {strategy!r}")
+
+
+def sample_rollouts(
+    candidates: Sequence[Rollout], count: int, strategy: str, rng: random.Random
+) -> list[Rollout]:
+    """Up to ``count`` rollouts drawn without replacement from those that qualify."""
+    eligible = [rollout for rollout in candidates if qualifies(rollout, strategy)]
+    if len(eligible) <= count:
+        return eligible
+    return rng.sample(eligible, count)
+
+
+@dataclass
+class BatchStats:
+    local_requested: int
+    external_requested: int
+    local_available: int  # generated this round
+    external_available: int  # offered by the pool
+    local_qualifying: int  # of those, how many the local strategy accepts
+    external_qualifying: int
+    local_used: int
+    external_used: int
+
+    @property
+    def local_shortfall(self) -> int:
+        return self.local_requested - self.local_used
+
+    @property
+    def external_shortfall(self) -> int:
+        return self.external_requested - self.external_used
+
+    @property
+    def external_fraction(self) -> float:
+        total = self.local_used + self.external_used
+        return self.external_used / total if total else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "external_fraction": self.external_fraction,
+            "batch/local_used": self.local_used,
+            "batch/external_used": self.external_used,
+            "batch/local_shortfall": self.local_shortfall,
+            "batch/external_shortfall": self.external_shortfall,
+            # rollouts the strategy excluded (zero-advantage groups under nonzero_advantage)
+            "filtered/local": self.local_available - self.local_qualifying,
+            "filtered/external": self.external_available - self.external_qualifying,
+        }
+
+
+def assemble_batch(
+    local: Sequence[Rollout],
+    external: Sequence[Rollout],
+    num_local: int,
+    num_external: int,
+    local_strategy: str,
+    external_strategy: str,
+    rng: random.Random,
+) -> tuple[list[Rollout], BatchStats]:
+    """I local + J external rollouts for one training step (see the module docstring)."""
+    chosen_local = sample_rollouts(local, num_local, local_strategy, rng)
+    chosen_external = sample_rollouts(external, num_external, external_strategy, rng)
+    stats = BatchStats(
+        local_requested=num_local,
+        external_requested=num_external,
+        local_available=len(local),
+        external_available=len(external),
+        local_qualifying=sum(qualifies(r, local_strategy) for r in local),
+        external_qualifying=sum(qualifies(r, external_strategy) for r in external),
+        local_used=len(chosen_local),
+        external_used=len(chosen_external),
+    )
+    return chosen_local + chosen_external, stats

@@ -1,0 +1,192 @@
+"""The in-process swarm simulator: N agents, one shared pool, lockstep rounds.
+
+Every agent starts from the same weights (the tier's) and gets its own question stream, seeded
+by (seed, agent index) only, so every arm of a study sees the same questions and arms can be
+compared pairwise. Each round, all agents generate and share before any agent trains, so a
+rollout shared in round r can be trained on by others in round r.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from worker import __version__
+from worker.agent import Agent, AgentConfig, stable_seed
+from worker.arms import Arm
+from worker.generation.hf import TransformersBackend
+from worker.models import load_policy, model_cache_dir, tier
+from worker.tasks import TaskMix
+from worker.transport import LocalTransport, RolloutPool
+
+
+@dataclass
+class SimulationConfig:
+    agents: int
+    rounds: int
+    tier: str
+    seed: int
+    mix: TaskMix
+    agent: AgentConfig  # I, J and strategies are overridden per arm
+    pool_window: int = 2
+    checkpoint_every: int = 0  # rounds; 0 = never
+
+    def to_json(self) -> dict:
+        return {
+            "agents": self.agents,
+            "rounds": self.rounds,
+            "tier": self.tier,
+            "seed": self.seed,
+            "tasks": self.mix.to_json(),
+            "agent": self.agent.to_json(),
+            "pool_window": self.pool_window,
+            "checkpoint_every": self.checkpoint_every,
+            "version": __version__,
+        }
+
+
+def agent_config_for(base: AgentConfig, arm: Arm) -> AgentConfig:
+    data = base.to_json()
+    data.update(
+        num_local=arm.num_local,
+        num_external=arm.num_external,
+        local_strategy=arm.local_strategy,
+        external_strategy=arm.external_strategy,
+    )
+    return AgentConfig(**data)
+
+
+class Swarm:
+    """The agents of one arm and their pool (None for isolated arms)."""
+
+    def __init__(self, config: SimulationConfig, arm: Arm, cache_dir: Path, log=print) -> None:
+        self.config = config
+        self.arm = arm
+        self.pool = RolloutPool(config.pool_window) if arm.shares else None
+        spec = tier(config.tier)
+        agent_config = agent_config_for(config.agent, arm)
+        self.agents: list[Agent] = []
+        for index in range(config.agents):
+            model, tokenizer = load_policy(spec, cache_dir, log=log)
+            transport = LocalTransport(config.mix, stable_seed(config.seed, index, "questions"), self.pool)
+            agent_id = f"agent-{index}"
+            self.agents.append(
+                Agent(
+                    agent_id,
+                    spec.name,
+                    model,
+                    tokenizer,
+                    TransformersBackend(model, tokenizer),
+                    transport,
+                    config.mix,
+                    AgentConfig(**{**agent_config.to_json(), "seed": stable_seed(config.seed, index)}),
+                )
+            )
+        self.history: dict[str, list[dict[str, float]]] = {a.agent_id: [] for a in self.agents}
+
+    @property
+    def round(self) -> int:
+        return self.agents[0].round
+
+    def run_round(self) -> list[dict[str, float]]:
+        for agent in self.agents:
+            agent.generate_phase()
+        metrics = [agent.train_phase() for agent in self.agents]
+        for agent, m in zip(self.agents, metrics, strict=True):
+            self.history[agent.agent_id].append(m)
+        return metrics
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for agent in self.agents:
+            agent.save(directory / f"{agent.agent_id}.pt")
+        state = {
+            "history": self.history,
+            "pool": self.pool.to_json() if self.pool else None,
+            "round": self.round,
+        }
+        tmp = directory / "swarm.json.tmp"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, directory / "swarm.json")
+
+    def load(self, directory: Path) -> bool:
+        """Resume from ``directory`` if it holds a checkpoint; True when it did."""
+        state_file = directory / "swarm.json"
+        if not state_file.exists():
+            return False
+        state = json.loads(state_file.read_text())
+        for agent in self.agents:
+            agent.load(directory / f"{agent.agent_id}.pt")
+        if self.pool is not None and state["pool"] is not None:
+            self.pool.load_json(state["pool"])
+        self.history = state["history"]
+        return True
+
+
+def run_arm(
+    config: SimulationConfig,
+    arm: Arm,
+    cache_dir: Path,
+    checkpoint_dir: Path | None = None,
+    on_round: Callable[[Arm, int, list[dict[str, float]]], None] | None = None,
+    log=print,
+) -> dict:
+    """Run one arm to ``config.rounds``; resumes from ``checkpoint_dir`` when it holds one."""
+    torch.manual_seed(config.seed)
+    swarm = Swarm(config, arm, cache_dir, log=log)
+    if checkpoint_dir is not None and swarm.load(checkpoint_dir):
+        log(f"{arm.name}: resumed at round {swarm.round}")
+    while swarm.round < config.rounds:
+        metrics = swarm.run_round()
+        if on_round:
+            on_round(arm, swarm.round, metrics)
+        if (
+            checkpoint_dir is not None
+            and config.checkpoint_every
+            and swarm.round % config.checkpoint_every == 0
+        ):
+            swarm.save(checkpoint_dir)
+    return {"arm": arm.to_json(), "agents": swarm.history}
+
+
+def simulate(
+    config: SimulationConfig,
+    arms: list[Arm],
+    out: Path,
+    checkpoint_dir: Path | None = None,
+    show_progress: bool = True,
+    log=print,
+) -> dict:
+    """Run every arm and write ``{"config", "arms": {name: {"arm", "agents": {id: [metrics]}}}}``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    cache_dir = model_cache_dir()
+    results: dict = {"config": config.to_json(), "arms": {}}
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]:.3f}"),
+        TimeElapsedColumn(),
+        disable=not show_progress,
+    ) as progress:
+        for arm in arms:
+            task = progress.add_task(f"{arm.name:>16}", total=config.rounds, reward=0.0)
+
+            def on_round(arm: Arm, done: int, metrics: list[dict[str, float]], task=task) -> None:
+                mean_reward = sum(m["reward"] for m in metrics) / len(metrics)
+                progress.update(task, completed=done, reward=mean_reward)
+
+            arm_dir = checkpoint_dir / arm.name.replace("/", "-") if checkpoint_dir else None
+            results["arms"][arm.name] = run_arm(config, arm, cache_dir, arm_dir, on_round, log=log)
+    results["elapsed_seconds"] = time.perf_counter() - started
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    return results

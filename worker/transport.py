@@ -1,0 +1,115 @@
+"""How an agent reaches the swarm: the small interface its round loop is written against.
+
+Three implementations drive the same loop (worker/agent.py):
+
+* :class:`LocalTransport` with a shared :class:`RolloutPool`: the in-process simulator.
+* :class:`LocalTransport` without a pool: an isolated agent (J = 0 controls).
+* the websocket transport of the volunteer client (worker/client.py), against the coordinator.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker.rewards import RewardConfig, rewards
+from worker.rollout import Rollout
+from worker.sampling import sample_rollouts
+from worker.tasks import Question, QuestionStream, TaskMix
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    round: int
+    questions: list[Question]
+
+
+class Transport(Protocol):
+    def lease(self, agent_id: str, round: int, count: int) -> Lease:
+        """``count`` questions for this agent's round, chosen by the swarm, not the agent."""
+        ...
+
+    def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
+        """Share this round's rollouts; returns them with *verified* rewards."""
+        ...
+
+    def sample_external(self, agent_id: str, round: int, count: int, strategy: str) -> list[Rollout]:
+        """Up to ``count`` verified rollouts from *other* agents, by ``strategy``."""
+        ...
+
+    def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None: ...
+
+
+class RolloutPool:
+    """The shared pool of the in-process swarm: verified rollouts of every agent.
+
+    Sampling draws from a recent window (the last ``window_rounds`` rounds) of other agents'
+    rollouts, as the coordinator's pool does.
+    """
+
+    def __init__(self, window_rounds: int = 2, max_size: int = 100_000) -> None:
+        self.window_rounds = window_rounds
+        self.rollouts: deque[Rollout] = deque(maxlen=max_size)
+
+    def add(self, rollouts: list[Rollout]) -> None:
+        self.rollouts.extend(rollouts)
+
+    def sample(
+        self, agent_id: str, round: int, count: int, strategy: str, rng: random.Random
+    ) -> list[Rollout]:
+        oldest = round - self.window_rounds + 1
+        candidates = [r for r in self.rollouts if r.agent_id != agent_id and oldest <= r.round <= round]
+        return sample_rollouts(candidates, count, strategy, rng)
+
+    def to_json(self) -> list[dict]:
+        return [r.to_json() for r in self.rollouts]
+
+    def load_json(self, data: list[dict]) -> None:
+        self.rollouts.clear()
+        self.rollouts.extend(Rollout.from_json(item) for item in data)
+
+
+class LocalTransport:
+    """An agent's own question stream, verified locally, with an optional shared pool.
+
+    Questions come from the stream ``seed`` at position ``round * count``, so a resumed agent
+    gets the same questions for the same round. Rewards are re-scored with the task's verifier,
+    as the coordinator does, so the loop sees the same "verified" semantics in every mode.
+    """
+
+    def __init__(
+        self,
+        mix: TaskMix,
+        seed: int,
+        pool: RolloutPool | None = None,
+        reward_config: RewardConfig | None = None,
+    ) -> None:
+        self.mix = mix
+        self.seed = seed
+        self.pool = pool
+        self.reward_config = reward_config or RewardConfig()
+        self.reports: list[dict[str, float]] = []
+
+    def lease(self, agent_id: str, round: int, count: int) -> Lease:
+        stream = QuestionStream(self.mix, self.seed, position=round * count)
+        return Lease(uuid.uuid4().hex, round, stream.take(count))
+
+    def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
+        for rollout in rollouts:
+            rollout.rewards = rewards(self.mix, rollout.ref, rollout.completions, self.reward_config)
+        if self.pool is not None:
+            self.pool.add(rollouts)
+        return rollouts
+
+    def sample_external(self, agent_id: str, round: int, count: int, strategy: str) -> list[Rollout]:
+        if self.pool is None or count == 0:
+            return []
+        rng = random.Random(f"{self.seed}:{agent_id}:{round}:external")
+        return self.pool.sample(agent_id, round, count, strategy, rng)
+
+    def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
+        self.reports.append(metrics)
