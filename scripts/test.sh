@@ -8,4 +8,6 @@ source "$(dirname "$0")/bootstrap.sh"
 # the demo's, and need no real secret.
 export SWARM_DATA_DIR="${SWARM_DATA_DIR:-$ROOT/data/test}"
 export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only}"
+# Built tiny models are shared by every run (and with the demo): built once per machine.
+export SWARM_MODEL_CACHE="${SWARM_MODEL_CACHE:-$ROOT/data/models}"
 exec python -m pytest "$@"

@@ -17,6 +17,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from swarm_app.coordinator.routing import websocket_urlpatterns as worker_ws  # noqa: E402
 from swarm_app.core.routing import websocket_urlpatterns as core_ws  # noqa: E402
 
 if settings.SERVE_STATIC:
@@ -26,7 +27,7 @@ if settings.SERVE_STATIC:
 
 # Machine clients (workers, benchmarks) authenticate with tokens and send no Origin header;
 # browser sockets carry a session cookie, so they are checked against ALLOWED_HOSTS.
-machine_routes = [*core_ws]
+machine_routes = [*core_ws, *worker_ws]
 browser_routes: list = []
 
 application = ProtocolTypeRouter(

@@ -88,6 +88,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "swarm_app.core",
+    "swarm_app.campaigns",
+    "swarm_app.coordinator",
 ]
 
 MIDDLEWARE = [
@@ -170,6 +172,18 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+CELERY_BEAT_SCHEDULE = {
+    "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
+}
+
+# --- Coordinator ----------------------------------------------------------------------------
+# Where pool sampling runs: "inline" in the ASGI server (lowest latency) or "celery".
+POOL_SAMPLING = os.environ.get("POOL_SAMPLING", "inline")
+if POOL_SAMPLING not in ("inline", "celery"):
+    raise ImproperlyConfigured(f"POOL_SAMPLING={POOL_SAMPLING!r}: expected inline or celery")
+WORKER_RATE_PER_SECOND = float(os.environ.get("WORKER_RATE_PER_SECOND", "20"))
+WORKER_RATE_BURST = float(os.environ.get("WORKER_RATE_BURST", "60"))
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

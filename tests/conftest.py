@@ -13,3 +13,20 @@ def coordinator(transactional_db, tmp_path: Path) -> Iterator[str]:
     """A real ASGI coordinator on a loopback port, on the test database; yields its base URL."""
     with asgi_server(tmp_path / "daphne.log") as base:
         yield base
+
+
+@pytest.fixture(scope="session")
+def tiny_1m_dir() -> Path:
+    """The built-in tiny-1m tier, built once into the model cache and reused."""
+    from worker.models import model_cache_dir
+    from worker.tiny import ensure_tiny_model
+
+    return ensure_tiny_model("tiny-1m", model_cache_dir())
+
+
+@pytest.fixture
+def tiny_policy(tiny_1m_dir):
+    """A fresh (model, tokenizer) of tiny-1m, loaded with from_pretrained like any hub model."""
+    from worker.models import load_policy, tier
+
+    return load_policy(tier("tiny-1m"), tiny_1m_dir.parent)

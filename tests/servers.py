@@ -20,6 +20,9 @@ from pathlib import Path
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+# daphne drops websocket messages over 1 MiB unless told otherwise; the protocol allows 4 MiB,
+# and the server takes twice that so that an oversized message gets the protocol's clear error.
+DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
 
 
 def free_port() -> int:
@@ -98,6 +101,7 @@ def asgi_server(log_path: Path, **env: str) -> Iterator[str]:
                 "127.0.0.1",
                 "-p",
                 str(port),
+                *DAPHNE_LIMITS,
                 "swarm_app.asgi:application",
             ],
             cwd=ROOT,

@@ -34,7 +34,7 @@ class SimulationConfig:
     seed: int
     mix: TaskMix
     agent: AgentConfig  # I, J and strategies are overridden per arm
-    pool_window: int = 2
+    pool_window: int = 256  # rollouts: the most recent ones are sampled
     checkpoint_every: int = 0  # rounds; 0 = never
 
     def to_json(self) -> dict:

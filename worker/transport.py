@@ -47,22 +47,20 @@ class Transport(Protocol):
 class RolloutPool:
     """The shared pool of the in-process swarm: verified rollouts of every agent.
 
-    Sampling draws from a recent window (the last ``window_rounds`` rounds) of other agents'
-    rollouts, as the coordinator's pool does.
+    Sampling draws from the most recent ``window`` rollouts, skipping the asking agent's own,
+    as the coordinator's pool does (swarm_app/coordinator/pool.py), so rollouts of a much older
+    policy stop being replayed.
     """
 
-    def __init__(self, window_rounds: int = 2, max_size: int = 100_000) -> None:
-        self.window_rounds = window_rounds
-        self.rollouts: deque[Rollout] = deque(maxlen=max_size)
+    def __init__(self, window: int = 256) -> None:
+        self.window = window
+        self.rollouts: deque[Rollout] = deque(maxlen=window)
 
     def add(self, rollouts: list[Rollout]) -> None:
         self.rollouts.extend(rollouts)
 
-    def sample(
-        self, agent_id: str, round: int, count: int, strategy: str, rng: random.Random
-    ) -> list[Rollout]:
-        oldest = round - self.window_rounds + 1
-        candidates = [r for r in self.rollouts if r.agent_id != agent_id and oldest <= r.round <= round]
+    def sample(self, agent_id: str, count: int, strategy: str, rng: random.Random) -> list[Rollout]:
+        candidates = [r for r in self.rollouts if r.agent_id != agent_id]
         return sample_rollouts(candidates, count, strategy, rng)
 
     def to_json(self) -> list[dict]:
@@ -109,7 +107,7 @@ class LocalTransport:
         if self.pool is None or count == 0:
             return []
         rng = random.Random(f"{self.seed}:{agent_id}:{round}:external")
-        return self.pool.sample(agent_id, round, count, strategy, rng)
+        return self.pool.sample(agent_id, count, strategy, rng)
 
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
         self.reports.append(metrics)

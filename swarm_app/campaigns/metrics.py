@@ -1,0 +1,104 @@
+"""Per-round metrics: stored for every agent (swarm nodes and controls) and pushed live.
+
+The ``reward`` stored and charted for a swarm node is the coordinator's own: the mean verified
+reward of the rollouts the node submitted for that round. The node's report supplies the rest
+(loss, entropy, clip ratios, lengths, external fraction...), under TRL's names.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db.models import Avg
+
+from swarm_app.campaigns.models import Arm, ControlRun, RoundMetrics
+from worker.protocol import ErrorCode, ProtocolError
+
+MAX_METRIC_KEYS = 100
+log = logging.getLogger(__name__)
+
+
+def campaign_group(campaign_id: int) -> str:
+    """The channel group of a campaign's dashboards."""
+    return f"campaign-{campaign_id}"
+
+
+def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    if len(metrics) > MAX_METRIC_KEYS:
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"metrics: at most {MAX_METRIC_KEYS} entries")
+    cleaned = {}
+    for key, value in metrics.items():
+        if len(key) > 64:
+            raise ProtocolError(
+                ErrorCode.INVALID_MESSAGE, f"metrics: key {key[:20]!r}… longer than 64 characters"
+            )
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"metrics[{key!r}]: expected a finite number")
+        cleaned[key] = float(value)
+    return cleaned
+
+
+def broadcast(campaign_id: int, row: RoundMetrics) -> None:
+    """Tell the campaign's dashboards about a new point (best effort: never fails a report)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = {
+        "type": "metrics.point",
+        "arm": row.arm,
+        "tier": row.tier,
+        "agent": row.agent,
+        "round": row.round,
+        "reward": row.reward,
+    }
+    try:
+        async_to_sync(layer.group_send)(campaign_group(campaign_id), event)
+    except Exception:  # the dashboard catching up on reload is fine; losing the report is not
+        log.exception("could not broadcast metrics of campaign %s", campaign_id)
+
+
+def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetrics:
+    from swarm_app.coordinator.models import PoolRollout, WorkerNode
+
+    cleaned = clean_metrics(metrics)
+    verified = PoolRollout.objects.filter(node=node, round=round).aggregate(reward=Avg("mean_reward"))[
+        "reward"
+    ]
+    if verified is None:
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE,
+            f"metrics for round {round}: no verified rollouts of this node in that round",
+        )
+    row, _ = RoundMetrics.objects.update_or_create(
+        campaign_id=node.campaign_id,
+        agent=f"node:{node.node_id}",
+        round=round,
+        defaults={"arm": Arm.SWARM, "tier": node.tier, "node": node, "reward": verified, "metrics": cleaned},
+    )
+    WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
+    WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
+    broadcast(node.campaign_id, row)
+    return row
+
+
+def record_control_metrics(run: ControlRun, round: int, metrics: dict[str, float]) -> RoundMetrics:
+    """Controls verify locally with the same verifier (they are the coordinator's own code)."""
+    row, _ = RoundMetrics.objects.update_or_create(
+        campaign_id=run.campaign_id,
+        agent=f"control:{run.pk}",
+        round=round,
+        defaults={
+            "arm": run.arm,
+            "tier": run.tier,
+            "control_run": run,
+            "reward": metrics["reward"],
+            "metrics": clean_metrics(metrics),
+        },
+    )
+    ControlRun.objects.filter(pk=run.pk).update(round=round + 1)
+    broadcast(run.campaign_id, row)
+    return row

@@ -1,0 +1,52 @@
+"""Which model tier a worker trains: the largest of the campaign's tiers its hardware fits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.models import GIB, TIERS, ModelSpec
+from worker.protocol import ErrorCode, ProtocolError
+
+
+def fits(spec: ModelSpec, hardware: dict[str, Any]) -> tuple[bool, str]:
+    """(fits, reason) for one tier on the reported hardware."""
+    device = hardware.get("device", "cpu")
+    ram = int(hardware.get("ram_bytes") or 0)
+    vram = int(hardware.get("vram_bytes") or 0)
+    if device == "cuda" and spec.min_vram_bytes:
+        if vram >= spec.min_vram_bytes:
+            return (
+                True,
+                f"{spec.name} needs {spec.min_vram_bytes / GIB:.0f} GiB VRAM, this GPU has {vram / GIB:.0f}",
+            )
+        return (
+            False,
+            f"{spec.name} needs {spec.min_vram_bytes / GIB:.0f} GiB VRAM, this GPU has {vram / GIB:.0f}",
+        )
+    if not spec.cpu_ok:
+        return False, f"{spec.name} needs a GPU with {spec.min_vram_bytes / GIB:.0f} GiB VRAM"
+    if ram < spec.min_ram_bytes:
+        return (
+            False,
+            f"{spec.name} needs {spec.min_ram_bytes / GIB:.0f} GiB RAM, this machine has {ram / GIB:.1f}",
+        )
+    return True, f"{spec.name} runs on {device} with {ram / GIB:.0f} GiB RAM"
+
+
+def assign_tier(tiers: list[str], hardware: dict[str, Any], preferred: str | None = None) -> tuple[str, str]:
+    """(tier, reason); raises ``no_tier_fits`` saying why each tier was refused."""
+    verdicts = {name: fits(TIERS[name], hardware) for name in tiers}
+    if preferred:
+        if preferred not in verdicts:
+            raise ProtocolError(
+                ErrorCode.NO_TIER_FITS, f"tier {preferred!r} is not in this campaign ({', '.join(tiers)})"
+            )
+        ok, reason = verdicts[preferred]
+        if not ok:
+            raise ProtocolError(ErrorCode.NO_TIER_FITS, reason)
+        return preferred, f"requested by the worker; {reason}"
+    fitting = [name for name, (ok, _) in verdicts.items() if ok]
+    if not fitting:
+        raise ProtocolError(ErrorCode.NO_TIER_FITS, "; ".join(reason for _, reason in verdicts.values()))
+    best = max(fitting, key=lambda name: TIERS[name].params)
+    return best, f"largest tier that fits: {verdicts[best][1]}"

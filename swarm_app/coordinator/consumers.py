@@ -1,0 +1,150 @@
+"""The workers' websocket endpoint, ``/ws/worker/``.
+
+Each frame is validated by worker/protocol.py before anything is done with it; each request
+is answered by its reply or by an ``error`` with a code, and an error never leaves partial
+state behind (the service functions it calls are transactional). Fatal errors (bad token,
+revoked token, banned node, no common protocol version) close the socket after the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from swarm_app.coordinator import leases, pool, sessions, submissions
+from swarm_app.coordinator.models import WorkerNode
+from worker import protocol
+from worker.protocol import ErrorCode, ProtocolError
+
+log = logging.getLogger(__name__)
+
+FATAL = {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
+CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, ErrorCode.BANNED: 4003}
+
+
+class TokenBucket:
+    """At most ``rate`` messages a second on average, bursts of ``burst``."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = burst, time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+def worker_group(campaign_id: int) -> str:
+    """The channel group of a campaign's connected workers (state pushes)."""
+    return f"campaign-{campaign_id}-workers"
+
+
+class WorkerConsumer(AsyncWebsocketConsumer):
+    node: WorkerNode | None = None
+
+    async def connect(self) -> None:
+        self.node = None
+        self.bucket = TokenBucket(settings.WORKER_RATE_PER_SECOND, settings.WORKER_RATE_BURST)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.node is not None:
+            await self.channel_layer.group_discard(worker_group(self.node.campaign_id), self.channel_name)
+            await database_sync_to_async(sessions.disconnected)(self.node)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        request_id = None
+        try:
+            if not self.bucket.take():
+                raise ProtocolError(
+                    ErrorCode.RATE_LIMITED,
+                    f"too many messages; at most {settings.WORKER_RATE_PER_SECOND:g} a second on average",
+                )
+            if text_data is None:
+                raise ProtocolError(ErrorCode.MALFORMED_JSON, "binary frames are not part of the protocol")
+            message = protocol.parse(text_data, "worker")
+            request_id = message.id
+            reply_type, fields = await self.dispatch_message(message)
+            await self.send(protocol.encode(reply_type, reply_to=request_id, **fields))
+        except ProtocolError as error:
+            await self.send(
+                protocol.error(error.code, error.message, request_id or error.request_id, error.data)
+            )
+            if error.code in FATAL:
+                await self.close(code=CLOSE_CODES.get(error.code, 4000))
+        except Exception:
+            log.exception("worker message failed")
+            await self.send(
+                protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
+            )
+
+    async def dispatch_message(self, message: protocol.Message) -> tuple[str, dict[str, Any]]:
+        if message.type == "hello":
+            return "welcome", await self.on_hello(message.fields)
+        if self.node is None:
+            raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {message.type}")
+        handler = getattr(self, f"on_{message.type}")
+        return await handler(message.fields)
+
+    async def on_hello(self, fields: dict[str, Any]) -> dict[str, Any]:
+        if self.node is not None:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection")
+        limits = {
+            "rate_per_second": settings.WORKER_RATE_PER_SECOND,
+            "rate_burst": settings.WORKER_RATE_BURST,
+        }
+        node, welcome = await database_sync_to_async(sessions.hello)(fields, limits)
+        self.node = node
+        await self.channel_layer.group_add(worker_group(node.campaign_id), self.channel_name)
+        return welcome
+
+    async def on_lease_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        def issue() -> dict[str, Any]:
+            return leases.lease_payload(leases.issue_lease(self.node, fields["round"]))
+
+        return "lease", await database_sync_to_async(issue)()
+
+    async def on_submit(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        ack = await database_sync_to_async(submissions.submit)(
+            self.node, fields["submission_id"], fields["lease_id"], fields["rollouts"]
+        )
+        return "submit_ack", ack
+
+    async def on_sample_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        args = (self.node.campaign_id, self.node.pk, fields["count"])
+        if settings.POOL_SAMPLING == "celery":
+            from swarm_app.coordinator.tasks import sample_pool
+
+            result = sample_pool.delay(*args)
+            records = await database_sync_to_async(result.get)(timeout=30)
+        else:
+            records = await database_sync_to_async(pool.sample_external)(*args)
+        return "samples", {"rollouts": records}
+
+    async def on_metrics(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        from swarm_app.campaigns.metrics import record_node_metrics
+
+        await database_sync_to_async(record_node_metrics)(self.node, fields["round"], fields["metrics"])
+        return "metrics_ack", {"round": fields["round"]}
+
+    async def on_heartbeat(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        state = await database_sync_to_async(sessions.heartbeat)(self.node)
+        return "heartbeat_ack", {"campaign_state": state}
+
+    async def on_release(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        await database_sync_to_async(leases.release)(self.node, fields["lease_id"])
+        return "release_ack", {"lease_id": fields["lease_id"]}
+
+    async def campaign_state(self, event: dict[str, Any]) -> None:
+        """Group event from the web UI: the organizer paused, resumed or stopped the campaign."""
+        await self.send(protocol.encode("campaign_state", state=event["state"]))

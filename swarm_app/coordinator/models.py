@@ -1,0 +1,125 @@
+"""Worker tokens and nodes, question leases, and the verified rollout pool."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from swarm_app.campaigns.models import Campaign
+
+
+class WorkerToken(models.Model):
+    """A secret a volunteer's worker presents at hello. Only its SHA-256 is stored."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="tokens")
+    label = models.CharField(max_length=120, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="first characters, to recognise a token")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.label or 'unlabelled'})"
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class WorkerNode(models.Model):
+    class State(models.TextChoices):
+        HEALTHY = "healthy"
+        STALE = "stale"  # no heartbeat for a while
+        OFFLINE = "offline"  # gone; its leases were reissued
+        BANNED = "banned"  # too many false rewards; its rollouts left the pool
+
+    node_id = models.CharField(max_length=64, help_text="chosen by the worker, kept on its disk")
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="nodes")
+    token = models.ForeignKey(WorkerToken, on_delete=models.PROTECT, related_name="nodes")
+    tier = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.HEALTHY, db_index=True)
+    hardware = models.JSONField(default=dict)
+    backend = models.CharField(max_length=32, blank=True)
+    client_version = models.CharField(max_length=32, blank=True)
+    generation_tokens_per_second = models.FloatField(default=0.0)
+    round = models.IntegerField(default=0, help_text="the next round this node will run")
+    accepted_submissions = models.IntegerField(default=0)
+    rejected_submissions = models.IntegerField(default=0)
+    last_reward = models.FloatField(null=True, blank=True)
+    connected = models.BooleanField(default=False)
+    last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "node_id"], name="one_node_per_campaign")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id[:8]} ({self.tier}, {self.state})"
+
+
+class Lease(models.Model):
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        SUBMITTED = "submitted"
+        EXPIRED = "expired"  # deadline passed; questions wait to be reissued
+        RELEASED = "released"  # given back by the worker; questions wait to be reissued
+        REISSUED = "reissued"  # its questions went into a newer lease
+
+    lease_id = models.CharField(max_length=32, unique=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="leases")
+    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="leases")
+    round = models.IntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    questions = models.JSONField(help_text="[QuestionRef] as issued")
+    issued_at = models.DateTimeField(auto_now_add=True)
+    deadline = models.DateTimeField()
+    reissue_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    submission_id = models.CharField(max_length=64, blank=True, default="")
+    ack = models.JSONField(null=True, blank=True, help_text="the ack sent, replayed for duplicates")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["campaign", "state"], name="lease_reissue"),
+            models.Index(fields=["state", "deadline"], name="lease_expiry"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "submission_id"],
+                condition=~models.Q(submission_id=""),
+                name="one_submission_id_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.lease_id[:8]} round {self.round} ({self.state})"
+
+
+class PoolRollout(models.Model):
+    """A verified rollout in a campaign's pool: rewards are the coordinator's, not the worker's."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts")
+    sequence = models.BigIntegerField(help_text="per-campaign order of arrival")
+    rollout_id = models.CharField(max_length=64)
+    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="rollouts")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="rollouts")
+    tier = models.CharField(max_length=64)
+    round = models.IntegerField()
+    task = models.CharField(max_length=64)
+    question_seed = models.BigIntegerField()
+    question_index = models.BigIntegerField()
+    record = models.JSONField(help_text="the Rollout record with verified rewards and advantages")
+    mean_reward = models.FloatField()
+    zero_advantage = models.BooleanField()
+    in_pool = models.BooleanField(default=True, help_text="False once its node is banned")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "sequence"], name="one_rollout_per_sequence"),
+            models.UniqueConstraint(fields=["campaign", "rollout_id"], name="rollout_id_unique_in_campaign"),
+        ]
+        indexes = [
+            models.Index(fields=["node", "round"], name="rollout_by_node_round"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rollout {self.sequence} of campaign {self.campaign_id}"

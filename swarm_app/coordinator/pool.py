@@ -1,0 +1,56 @@
+"""Pool sampling: J verified rollouts of *other* nodes, by the campaign's strategy.
+
+The pool is every rollout a campaign has accepted, numbered by arrival (``sequence``). A draw
+looks only at the most recent ``pool_window`` of them:
+
+    candidates = {r : r.sequence > last - window, r in pool, r.node != asking node,
+                  [r not zero-advantage], [r.tier == node's tier]}
+    draw       = uniform sample of J candidates without replacement
+
+The candidate scan walks the (campaign, sequence) index over at most ``window`` rows and
+fetches only ids, then loads the J chosen records; so the cost depends on the window and J,
+not on the pool's size (no ORDER BY RANDOM() over the table). When fewer than J qualify, all
+of them are returned and the worker counts the shortfall (worker/sampling.py).
+
+The same function runs inline in the websocket consumer (lowest latency, the default) and as
+the Celery task ``sample_pool`` (settings.POOL_SAMPLING = "celery") to move the work off the
+ASGI servers.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from swarm_app.campaigns.models import Campaign
+from swarm_app.coordinator.models import PoolRollout, WorkerNode
+from worker.sampling import check_strategy
+
+_rng = random.SystemRandom()
+
+
+def sample_external(
+    campaign_id: int,
+    node_pk: int,
+    count: int,
+    strategy: str | None = None,
+    rng: random.Random | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``count`` rollout records (verified) for node ``node_pk``; see the module docstring."""
+    if count <= 0:
+        return []
+    campaign = Campaign.objects.only("config", "rollout_sequence").get(pk=campaign_id)
+    config = campaign.settings
+    strategy = check_strategy(strategy or config.external_strategy)
+    candidates = PoolRollout.objects.filter(
+        campaign_id=campaign_id, sequence__gt=campaign.rollout_sequence - config.pool_window, in_pool=True
+    ).exclude(node_id=node_pk)
+    if strategy == "nonzero_advantage":
+        candidates = candidates.filter(zero_advantage=False)
+    if config.pool_within_tier:
+        tier = WorkerNode.objects.values_list("tier", flat=True).get(pk=node_pk)
+        candidates = candidates.filter(tier=tier)
+    ids = list(candidates.values_list("id", flat=True))
+    chosen = (rng or _rng).sample(ids, min(count, len(ids)))
+    records = dict(PoolRollout.objects.filter(id__in=chosen).values_list("id", "record"))
+    return [records[i] for i in chosen]

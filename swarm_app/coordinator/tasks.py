@@ -1,0 +1,21 @@
+"""Celery tasks of the coordinator: pool sampling off the ASGI servers, and liveness (beat)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from swarm_app.coordinator import liveness, pool
+
+
+@shared_task(name="coordinator.sample_pool")
+def sample_pool(
+    campaign_id: int, node_pk: int, count: int, strategy: str | None = None
+) -> list[dict[str, Any]]:
+    return pool.sample_external(campaign_id, node_pk, count, strategy)
+
+
+@shared_task(name="coordinator.update_liveness", ignore_result=True)
+def update_liveness() -> dict[str, int]:
+    return liveness.update_liveness()

@@ -1,0 +1,50 @@
+"""Worker tokens: generated once, shown once, stored as a SHA-256 digest, revocable.
+
+Tokens are 256-bit random secrets, so a fast digest is enough (no password stretching is
+needed against guessing); lookups are by digest, so comparing secrets never happens in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from swarm_app.campaigns.models import Campaign
+from swarm_app.coordinator.models import WorkerToken
+from worker.protocol import ErrorCode, ProtocolError
+
+TOKEN_PREFIX = "swt_"
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_token(campaign: Campaign, label: str = "") -> tuple[WorkerToken, str]:
+    """A new token for ``campaign``; returns it with the secret, which is never stored."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = WorkerToken.objects.create(
+        campaign=campaign, label=label, token_hash=digest(secret), prefix=secret[: len(TOKEN_PREFIX) + 6]
+    )
+    return token, secret
+
+
+def authenticate(secret: str) -> WorkerToken:
+    token = WorkerToken.objects.select_related("campaign").filter(token_hash=digest(secret)).first()
+    if token is None:
+        raise ProtocolError(
+            ErrorCode.INVALID_TOKEN, "unknown worker token; ask the campaign's organizer for one"
+        )
+    if token.revoked:
+        raise ProtocolError(
+            ErrorCode.TOKEN_REVOKED, f"token {token.prefix}… was revoked on {token.revoked_at:%Y-%m-%d}"
+        )
+    return token
+
+
+def revoke(token: WorkerToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])

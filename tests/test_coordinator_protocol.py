@@ -1,0 +1,346 @@
+"""The coordinator's websocket protocol against a real ASGI server on a loopback port:
+the happy path, and every kind of bad input, each answered with a clear error code and leaving
+stored data unchanged except for counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from swarm_app.campaigns.models import Campaign, RoundMetrics
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.tokens import create_token, revoke
+from tests.wsclient import RawSession
+from worker.campaign import CampaignConfig
+from worker.protocol import MAX_MESSAGE_BYTES, encode
+from worker.rewards import rewards
+from worker.rollout import Rollout
+from worker.tasks import QuestionRef, TaskMix
+
+G = 4
+
+
+@pytest.fixture
+def campaign(transactional_db) -> Campaign:
+    config = CampaignConfig(group_size=G, questions_per_round=2, num_local=2, num_external=2, rounds=10)
+    return Campaign.objects.create(
+        name="protocol", state=Campaign.State.RUNNING, config=config.validate().to_json()
+    )
+
+
+@pytest.fixture
+def token(campaign) -> str:
+    return create_token(campaign, "test")[1]
+
+
+def honest_rollouts(lease: dict, node_id: str, tier: str, mix: TaskMix) -> list[dict]:
+    """One group per leased question: half right answers, half wrong, truthfully scored."""
+    records = []
+    for q in lease["questions"]:
+        ref = QuestionRef.from_json(q["ref"])
+        answer = q["answer"] or q["metadata"].get("example_answer", "")
+        completions = [f"<answer>{answer}</answer>", "<answer>wrong</answer>"] * (G // 2)
+        records.append(
+            Rollout(
+                ref=ref,
+                question=q["question"],
+                answer=q["answer"],
+                metadata=q["metadata"],
+                completions=completions,
+                rewards=rewards(mix, ref, completions),
+                advantages=[0.0] * G,
+                agent_id=node_id,
+                tier=tier,
+                round=lease["round"],
+                completion_tokens=[5] * G,
+                truncated=[False] * G,
+            ).to_json()
+        )
+    return records
+
+
+def stored_state(campaign: Campaign) -> dict:
+    """Everything a bad message must not change (counters excluded)."""
+    return {
+        "rollouts": sorted(
+            PoolRollout.objects.filter(campaign=campaign).values_list("rollout_id", "in_pool")
+        ),
+        "leases": sorted(
+            Lease.objects.filter(campaign=campaign).values_list("lease_id", "state", "submission_id")
+        ),
+        "metrics": sorted(
+            RoundMetrics.objects.filter(campaign=campaign).values_list("agent", "round", "reward")
+        ),
+        "campaign": Campaign.objects.filter(pk=campaign.pk).values_list(
+            "next_question_position", "rollout_sequence"
+        )[0],
+    }
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
+    mix = campaign.settings.mix
+
+    async def session():
+        a, b = await RawSession.open(coordinator), await RawSession.open(coordinator)
+        welcome = await a.hello(token, "node-a")
+        assert welcome["type"] == "welcome", welcome
+        assert welcome["tier"] == "tiny-1m" and welcome["resume_round"] == 0
+        assert (await b.hello(token, "node-b"))["type"] == "welcome"
+        acks = {}
+        for name, s in (("node-a", a), ("node-b", b)):
+            lease = await s.request("lease_request", round=0)
+            assert lease["type"] == "lease" and len(lease["questions"]) == 2, lease
+            again = await s.request("lease_request", round=0)
+            assert again["lease_id"] == lease["lease_id"]  # asking again returns the same lease
+            rollouts = honest_rollouts(lease, name, "tiny-1m", mix)
+            ack = await s.request(
+                "submit", submission_id=f"sub-{name}", lease_id=lease["lease_id"], rollouts=rollouts
+            )
+            assert ack["type"] == "submit_ack", ack
+            assert ack["verified_rewards"] == [r["rewards"] for r in rollouts]
+            assert all(r[0] == 1.0 for r in ack["verified_rewards"])
+            acks[name] = [reward for r in rollouts for reward in r["rewards"]]
+        samples = await a.request("sample_request", round=0, count=5)
+        assert samples["type"] == "samples"
+        assert {r["agent_id"] for r in samples["rollouts"]} == {"node-b"}  # never its own
+        assert len(samples["rollouts"]) == 2  # only two exist: a short answer, not an error
+        metrics = await a.request("metrics", round=0, metrics={"reward": 0.99, "loss": 0.1})
+        assert metrics["type"] == "metrics_ack"
+        assert (await a.request("heartbeat"))["campaign_state"] == "running"
+        await a.close()
+        await b.close()
+        return acks
+
+    run_result = run(session())
+    row = RoundMetrics.objects.get(agent="node:node-a", round=0)
+    verified = run_result["node-a"]
+    assert row.reward == pytest.approx(sum(verified) / len(verified))  # verified, not the claimed 0.99
+    assert row.metrics["reward"] == 0.99
+    assert WorkerNode.objects.get(node_id="node-a").round == 1
+    assert PoolRollout.objects.filter(campaign=campaign).count() == 4
+
+
+@pytest.fixture
+def ready(coordinator, campaign, token):
+    """Two nodes with a lease each; returns what the bad-input tests need."""
+
+    async def setup():
+        sessions = {}
+        leases = {}
+        for name in ("node-a", "node-b"):
+            s = await RawSession.open(coordinator)
+            assert (await s.hello(token, name))["type"] == "welcome"
+            leases[name] = await s.request("lease_request", round=0)
+            await s.close()
+        return sessions, leases
+
+    _, leases = run(setup())
+    return {"url": coordinator, "token": token, "leases": leases, "mix": campaign.settings.mix}
+
+
+async def connected(ready, name="node-a") -> RawSession:
+    s = await RawSession.open(ready["url"])
+    assert (await s.hello(ready["token"], name))["type"] == "welcome"
+    return s
+
+
+def expect_error(reply: dict, code: str, words: str = "") -> None:
+    assert reply["type"] == "error", reply
+    assert reply["code"] == code, reply
+    assert words.lower() in reply["message"].lower(), reply
+
+
+def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):
+    before = stored_state(campaign)
+
+    async def session():
+        s = await connected(ready)
+        expect_error(await s.send_raw("{not json"), "malformed_json", "not valid json")
+        expect_error(await s.send_raw("[1, 2]"), "malformed_json", "object")
+        expect_error(await s.request("lease_request", round="zero"), "invalid_message", "'round'")
+        expect_error(await s.request("lease_request"), "invalid_message", "missing field 'round'")
+        expect_error(await s.request("lease_request", round=0, extra=1), "invalid_message", "unknown fields")
+        expect_error(await s.request("teleport"), "unknown_type", "teleport")
+        expect_error(
+            await s.request("metrics", round=0, metrics={"loss": "high"}), "invalid_message", "finite number"
+        )
+        huge = encode("heartbeat")[:-1] + ', "pad": "' + "x" * (MAX_MESSAGE_BYTES + 10) + '"}'
+        expect_error(await s.send_raw(huge), "message_too_large", "exceeds")
+        # the connection survives every one of them
+        assert (await s.request("heartbeat"))["type"] == "heartbeat_ack"
+        await s.close()
+        fresh = await RawSession.open(ready["url"])
+        expect_error(await fresh.request("lease_request", round=0), "not_authenticated", "hello")
+        await fresh.close()
+
+    run(session())
+    assert stored_state(campaign) == before
+
+
+def test_bad_and_revoked_tokens_are_refused(ready, campaign):
+    async def session(token):
+        s = await RawSession.open(ready["url"])
+        reply = await s.hello(token, "node-c")
+        await s.close()
+        return reply
+
+    expect_error(run(session("swt_not-a-real-token")), "invalid_token", "unknown worker token")
+    token, secret = create_token(campaign, "to revoke")
+    revoke(token)
+    expect_error(run(session(secret)), "token_revoked", "revoked")
+    assert not WorkerNode.objects.filter(node_id="node-c").exists()
+
+
+def test_submissions_that_lie_or_misdirect_are_rejected(ready, campaign):
+    mix = ready["mix"]
+    lease_a, lease_b = ready["leases"]["node-a"], ready["leases"]["node-b"]
+    before = stored_state(campaign)
+
+    async def session():
+        s = await connected(ready)
+        # another node's lease
+        other = honest_rollouts(lease_b, "node-a", "tiny-1m", mix)
+        expect_error(
+            await s.request("submit", submission_id="s1", lease_id=lease_b["lease_id"], rollouts=other),
+            "lease_not_yours",
+        )
+        # a false claimed reward
+        false = honest_rollouts(lease_a, "node-a", "tiny-1m", mix)
+        false[0]["rewards"][1] = 1.0
+        expect_error(
+            await s.request("submit", submission_id="s2", lease_id=lease_a["lease_id"], rollouts=false),
+            "reward_mismatch",
+            "claimed 1.0",
+        )
+        # a swapped ground truth, with rewards consistent with the fake answer
+        swapped = honest_rollouts(lease_a, "node-a", "tiny-1m", mix)
+        swapped[0]["answer"] = "999999"
+        expect_error(
+            await s.request("submit", submission_id="s3", lease_id=lease_a["lease_id"], rollouts=swapped),
+            "ground_truth_mismatch",
+        )
+        # rollouts for other questions than the leased ones
+        reordered = list(reversed(honest_rollouts(lease_a, "node-a", "tiny-1m", mix)))
+        expect_error(
+            await s.request("submit", submission_id="s4", lease_id=lease_a["lease_id"], rollouts=reordered),
+            "lease_mismatch",
+        )
+        await s.close()
+
+    run(session())
+    assert stored_state(campaign) == before
+    node = WorkerNode.objects.get(node_id="node-a")
+    assert node.rejected_submissions == 2  # the lie and the swap count; misdirection does not
+    assert node.state == WorkerNode.State.HEALTHY  # threshold is 3
+
+
+def test_replayed_and_late_submissions(ready, campaign):
+    mix = ready["mix"]
+    lease_a, lease_b = ready["leases"]["node-a"], ready["leases"]["node-b"]
+
+    async def submit_a_twice():
+        s = await connected(ready)
+        rollouts = honest_rollouts(lease_a, "node-a", "tiny-1m", mix)
+        ack = await s.request("submit", submission_id="once", lease_id=lease_a["lease_id"], rollouts=rollouts)
+        assert ack["type"] == "submit_ack"
+        replay = await s.request(
+            "submit", submission_id="once", lease_id=lease_a["lease_id"], rollouts=rollouts
+        )
+        expect_error(replay, "duplicate_submission", "already accepted")
+        assert replay["data"]["verified_rewards"] == ack["verified_rewards"]  # the original ack
+        await s.close()
+
+    run(submit_a_twice())
+    after_first = stored_state(campaign)
+    assert len(after_first["rollouts"]) == 2
+
+    # node-b's lease expires: its late submission is refused, and the questions go to the next asker
+    Lease.objects.filter(lease_id=lease_b["lease_id"]).update(deadline=timezone.now() - timedelta(seconds=1))
+
+    async def late_b():
+        s = await connected(ready, "node-b")
+        rollouts = honest_rollouts(lease_b, "node-b", "tiny-1m", mix)
+        reply = await s.request(
+            "submit", submission_id="late", lease_id=lease_b["lease_id"], rollouts=rollouts
+        )
+        expect_error(reply, "lease_expired", "expired")
+        await s.close()
+        a = await connected(ready, "node-a")
+        reissued = await a.request("lease_request", round=1)
+        await a.close()
+        return reissued
+
+    reissued = run(late_b())
+    assert [q["ref"] for q in reissued["questions"]] == [q["ref"] for q in lease_b["questions"]]
+    after = stored_state(campaign)
+    assert after["rollouts"] == after_first["rollouts"]
+    assert Lease.objects.get(lease_id=lease_b["lease_id"]).state == Lease.State.REISSUED
+
+
+def test_a_node_over_the_ban_threshold_leaves_the_pool(ready, campaign):
+    mix = ready["mix"]
+    lease_a = ready["leases"]["node-a"]
+
+    async def cheat():
+        s = await connected(ready)
+        ok = await s.request(
+            "submit",
+            submission_id="honest",
+            lease_id=lease_a["lease_id"],
+            rollouts=honest_rollouts(lease_a, "node-a", "tiny-1m", mix),
+        )
+        assert ok["type"] == "submit_ack"
+        lease = await s.request("lease_request", round=1)
+        replies = []
+        for attempt in range(3):
+            false = honest_rollouts(lease, "node-a", "tiny-1m", mix)
+            false[0]["rewards"] = [1.0] * G
+            replies.append(
+                await s.request(
+                    "submit", submission_id=f"lie-{attempt}", lease_id=lease["lease_id"], rollouts=false
+                )
+            )
+        await s.close()
+        return replies
+
+    replies = run(cheat())
+    assert [r["code"] for r in replies] == ["reward_mismatch"] * 3
+    assert "banned" in replies[-1]["message"]
+    node = WorkerNode.objects.get(node_id="node-a")
+    assert node.state == WorkerNode.State.BANNED
+    assert not PoolRollout.objects.filter(node=node, in_pool=True).exists()
+    assert PoolRollout.objects.filter(node=node).count() == 2  # kept for audit, out of the pool
+
+    async def comeback():
+        s = await RawSession.open(ready["url"])
+        reply = await s.hello(ready["token"], "node-a")
+        await s.close()
+        return reply
+
+    expect_error(run(comeback()), "banned")
+
+
+def test_version_negotiation_and_tier_assignment(ready, campaign):
+    async def hello(**overrides):
+        s = await RawSession.open(ready["url"])
+        reply = await s.hello(ready["token"], overrides.pop("node_id", "node-v"), **overrides)
+        await s.close()
+        return reply
+
+    expect_error(run(hello(protocol_versions=[99])), "unsupported_version", "upgrade")
+    tiny_ram = {"device": "cpu", "ram_bytes": 256 * 1024**2}
+    expect_error(run(hello(hardware=tiny_ram, node_id="node-small")), "no_tier_fits", "needs 1 GiB RAM")
+    expect_error(
+        run(hello(preferred_tier="qwen2.5-1.5b", node_id="node-q")), "no_tier_fits", "not in this campaign"
+    )
+    welcome = run(hello(node_id="node-ok"))
+    assert welcome["protocol_version"] == 1
+    assert json.loads(json.dumps(welcome["campaign"]["config"]))["group_size"] == G

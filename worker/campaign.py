@@ -1,0 +1,196 @@
+"""A campaign's configuration: what every node of a swarm trains, and how.
+
+The coordinator stores it (validated) with the campaign and sends it to each worker in the
+welcome message; the worker builds its :class:`~worker.agent.AgentConfig` from it. It lives
+here, without Django, because both sides need it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from worker.agent import AgentConfig
+from worker.models import TIERS
+from worker.prompts import system_prompt
+from worker.sampling import STRATEGIES
+from worker.tasks import PRESETS, TaskError, TaskMix
+from worker.trainer import GRPOConfig
+
+
+class ConfigError(ValueError):
+    """Invalid campaign settings; ``field`` names the setting (for form errors)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass
+class ControlsConfig:
+    isolated: bool = True  # J = 0, uniform
+    filtered: bool = True  # J = 0, zero-advantage groups dropped (the paper's missing control)
+    seeds: int = 1  # control runs per tier and arm
+
+
+@dataclass
+class CampaignConfig:
+    tasks: list[dict[str, Any]] = field(default_factory=lambda: PRESETS["cpu"].to_json())
+    system_prompt: str = "default"
+    tiers: list[str] = field(default_factory=lambda: ["tiny-1m"])
+    group_size: int = 8  # G
+    questions_per_round: int = 8  # B
+    num_local: int = 4  # I
+    num_external: int = 4  # J
+    local_strategy: str = "nonzero_advantage"
+    external_strategy: str = "nonzero_advantage"
+    rounds: int = 100  # per node
+    seed: int = 0  # the question stream and the controls' seeds derive from it
+    max_new_tokens: int = 24
+    format_weight: float = 0.0
+    grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields; tier defaults fill lr
+    controls: ControlsConfig = field(default_factory=ControlsConfig)
+    pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
+    pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
+    lease_seconds: float = 120.0
+    ban_threshold: int = 3  # rejected submissions before a node is banned
+
+    def __post_init__(self) -> None:
+        if isinstance(self.controls, dict):
+            self.controls = ControlsConfig(**self.controls)
+
+    @property
+    def mix(self) -> TaskMix:
+        return TaskMix.from_json(self.tasks)
+
+    def grpo_config(self, tier_name: str) -> GRPOConfig:
+        values = {"learning_rate": TIERS[tier_name].learning_rate, **self.grpo}
+        return GRPOConfig(**values)
+
+    def agent_config(
+        self,
+        tier_name: str,
+        seed: int,
+        num_local: int | None = None,
+        num_external: int | None = None,
+        local_strategy: str | None = None,
+        external_strategy: str | None = None,
+    ) -> AgentConfig:
+        return AgentConfig(
+            questions_per_round=self.questions_per_round,
+            group_size=self.group_size,
+            num_local=self.num_local if num_local is None else num_local,
+            num_external=self.num_external if num_external is None else num_external,
+            local_strategy=local_strategy or self.local_strategy,
+            external_strategy=external_strategy or self.external_strategy,
+            max_new_tokens=self.max_new_tokens,
+            system_prompt=self.system_prompt,
+            format_weight=self.format_weight,
+            seed=seed,
+            grpo=self.grpo_config(tier_name),
+        )
+
+    def validate(self) -> CampaignConfig:
+        """Raise :class:`ConfigError` naming the first invalid setting."""
+        try:
+            mix = self.mix
+            mix.validate_configs()
+        except TaskError as error:
+            raise ConfigError("tasks", str(error)) from None
+        try:
+            system_prompt(self.system_prompt)
+        except ValueError as error:
+            raise ConfigError("system_prompt", str(error)) from None
+        if not self.tiers:
+            raise ConfigError("tiers", "choose at least one model tier")
+        for name in self.tiers:
+            if name not in TIERS:
+                raise ConfigError("tiers", f"unknown tier {name!r}; tiers: {', '.join(TIERS)}")
+        positive = {
+            "group_size": 2,
+            "questions_per_round": 1,
+            "rounds": 1,
+            "max_new_tokens": 1,
+            "pool_window": 1,
+        }
+        for name, minimum in positive.items():
+            if getattr(self, name) < minimum:
+                raise ConfigError(name, f"must be at least {minimum}")
+        if self.group_size > 64 or self.questions_per_round > 64:
+            raise ConfigError("group_size", "G and questions per round are at most 64")
+        if self.num_local < 0 or self.num_external < 0:
+            raise ConfigError("num_local", "I and J must not be negative")
+        if self.num_local + self.num_external == 0:
+            raise ConfigError("num_local", "I + J must be at least 1: a node must train on something")
+        if self.num_local > self.questions_per_round:
+            raise ConfigError(
+                "num_local", f"I cannot exceed the {self.questions_per_round} questions per round"
+            )
+        if self.num_external > 64:
+            raise ConfigError("num_external", "J is at most 64")
+        for name in ("local_strategy", "external_strategy"):
+            if getattr(self, name) not in STRATEGIES:
+                raise ConfigError(name, f"choose one of {', '.join(STRATEGIES)}")
+        known = {f.name for f in fields(GRPOConfig)}
+        unknown = set(self.grpo) - known
+        if unknown:
+            raise ConfigError("grpo", f"unknown GRPO settings {sorted(unknown)}")
+        try:
+            self.grpo_config(self.tiers[0])
+        except (TypeError, ValueError) as error:
+            raise ConfigError("grpo", str(error)) from None
+        if self.controls.seeds < 0 or self.controls.seeds > 16:
+            raise ConfigError("controls", "control seeds must be between 0 and 16")
+        if not 5 <= self.lease_seconds <= 86_400:
+            raise ConfigError("lease_seconds", "must be between 5 s and one day")
+        if self.ban_threshold < 1:
+            raise ConfigError("ban_threshold", "must be at least 1")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CampaignConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(sorted(unknown)[0], "unknown campaign setting")
+        try:
+            return cls(**data)
+        except TypeError as error:
+            raise ConfigError("config", str(error)) from None
+
+
+def cpu_demo_config(**overrides: Any) -> CampaignConfig:
+    """The `cpu-demo` preset: two CPU tiers that learn visibly within minutes on 2 cores."""
+    base = CampaignConfig(
+        tiers=["tiny-1m", "tiny-5m"],
+        group_size=8,
+        questions_per_round=8,
+        num_local=4,
+        num_external=4,
+        rounds=60,
+        max_new_tokens=16,
+        grpo={"num_iterations": 2},
+    )
+    return CampaignConfig.from_json({**base.to_json(), **overrides})
+
+
+def sapo_table_config(**overrides: Any) -> CampaignConfig:
+    """The `sapo-table` preset: the paper's shape (G = 8, 8 questions, 4 local / 4 external)."""
+    base = CampaignConfig(
+        tasks=PRESETS["rgym9"].to_json(),
+        tiers=["qwen2.5-0.5b"],
+        group_size=8,
+        questions_per_round=8,
+        num_local=4,
+        num_external=4,
+        rounds=2000,
+        max_new_tokens=256,
+    )
+    return CampaignConfig.from_json({**base.to_json(), **overrides})
+
+
+CAMPAIGN_PRESETS = {"cpu-demo": cpu_demo_config, "sapo-table": sapo_table_config}
