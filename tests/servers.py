@@ -116,3 +116,29 @@ def asgi_server(log_path: Path, **env: str) -> Iterator[str]:
         yield base
     finally:
         stop(proc)
+
+
+@contextmanager
+def celery_worker(log_path: Path, beat: bool = False, **env: str) -> Iterator[subprocess.Popen]:
+    """A real Celery worker (solo pool) on the test database and the configured broker."""
+    args = [sys.executable, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info", "--pool", "solo"]
+    if beat:
+        args += ["--beat", "--schedule", str(log_path.with_suffix(".beat-schedule"))]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=server_env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b"ready" not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield proc
+    finally:
+        stop(proc, timeout=30)

@@ -229,3 +229,12 @@ def test_rollout_round_trips_and_rejects_bad_records():
     for data, message in cases:
         with pytest.raises(RolloutError, match=message):
             Rollout.from_json(data)
+
+
+def test_protocol_reference_in_docs_is_generated_from_the_code():
+    from pathlib import Path
+
+    from worker.protocol import render_docs
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    assert render_docs() in doc, "regenerate: python -m worker.protocol, then paste into docs/protocol.md"

@@ -1,0 +1,119 @@
+"""Coordinator work on real Celery workers: pool sampling off the ASGI server, liveness on beat,
+and the pool's sampling cost against its size."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from swarm_app.campaigns.models import Campaign
+from swarm_app.celery import app as celery_app
+from swarm_app.coordinator.liveness import update_liveness
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.pool import sample_external
+from swarm_app.coordinator.tasks import sample_pool
+from swarm_app.coordinator.tokens import create_token
+from tests.servers import celery_worker
+from worker.campaign import CampaignConfig
+
+
+def make_pool(campaign: Campaign, nodes: int, per_node: int) -> list[WorkerNode]:
+    """``nodes`` nodes with ``per_node`` rollouts each; every third rollout has zero advantage."""
+    token, _ = create_token(campaign)
+    created = []
+    sequence = 0
+    for n in range(nodes):
+        node = WorkerNode.objects.create(campaign=campaign, node_id=f"n{n}", token=token, tier="tiny-1m")
+        lease = Lease.objects.create(
+            lease_id=f"l{n}",
+            campaign=campaign,
+            node=node,
+            round=0,
+            questions=[],
+            deadline=timezone.now(),
+            state=Lease.State.SUBMITTED,
+        )
+        rows = []
+        for i in range(per_node):
+            sequence += 1
+            flat = sequence % 3 == 0
+            record = {
+                "rollout_id": f"r{sequence}",
+                "agent_id": node.node_id,
+                "rewards": [0.0, 0.0] if flat else [1.0, 0.0],
+            }
+            rows.append(
+                PoolRollout(
+                    campaign=campaign,
+                    sequence=sequence,
+                    rollout_id=f"r{sequence}",
+                    node=node,
+                    lease=lease,
+                    tier="tiny-1m",
+                    round=i,
+                    task="chain_sum",
+                    question_seed=1,
+                    question_index=sequence,
+                    record=record,
+                    mean_reward=0.0 if flat else 0.5,
+                    zero_advantage=flat,
+                )
+            )
+        PoolRollout.objects.bulk_create(rows)
+        created.append(node)
+    Campaign.objects.filter(pk=campaign.pk).update(rollout_sequence=sequence)
+    return created
+
+
+@pytest.fixture
+def campaign(transactional_db) -> Campaign:
+    config = CampaignConfig(pool_window=12, external_strategy="nonzero_advantage").validate()
+    return Campaign.objects.create(name="pool", state=Campaign.State.RUNNING, config=config.to_json())
+
+
+def test_sampling_draws_recent_informative_rollouts_of_others(campaign):
+    nodes = make_pool(campaign, nodes=3, per_node=10)  # sequences 1..30; window = last 12 (19..30)
+    me = nodes[2]  # owns sequences 21..30
+    drawn = sample_external(campaign.pk, me.pk, 10, rng=random.Random(0))
+    sequences = sorted(int(r["rollout_id"][1:]) for r in drawn)
+    assert sequences == [19, 20]  # in the window, not mine, not zero-advantage (21 is mine)
+    uniform = sample_external(campaign.pk, nodes[0].pk, 10, strategy="uniform", rng=random.Random(0))
+    drawn_uniform = [int(r["rollout_id"][1:]) for r in uniform]
+    assert len(set(drawn_uniform)) == 10  # without replacement
+    assert set(drawn_uniform) <= set(range(19, 31))  # only the window; zero-advantage ones allowed
+    PoolRollout.objects.filter(node=nodes[1]).update(in_pool=False)  # banned node's rollouts
+    assert sample_external(campaign.pk, me.pk, 10) == []
+
+
+def test_pool_sampling_and_liveness_run_on_a_real_celery_worker(campaign, tmp_path):
+    nodes = make_pool(campaign, nodes=2, per_node=6)
+    celery_app.control.purge()
+    healthy = nodes[0]
+    WorkerNode.objects.filter(pk=healthy.pk).update(last_seen=timezone.now())
+    WorkerNode.objects.filter(pk=nodes[1].pk).update(last_seen=timezone.now() - timedelta(seconds=45))
+    with celery_worker(tmp_path / "celery.log", beat=True):
+        drawn = sample_pool.delay(campaign.pk, nodes[0].pk, 3).get(timeout=60)
+        assert len(drawn) == 3
+        assert {r["agent_id"] for r in drawn} == {"n1"}
+        deadline = time.monotonic() + 40
+        while WorkerNode.objects.get(pk=nodes[1].pk).state != WorkerNode.State.STALE:
+            assert time.monotonic() < deadline, (tmp_path / "celery.log").read_text()[-2000:]
+            time.sleep(0.5)
+    assert WorkerNode.objects.get(pk=healthy.pk).state == WorkerNode.State.HEALTHY
+
+
+def test_liveness_moves_nodes_and_expires_leases(campaign):
+    nodes = make_pool(campaign, nodes=3, per_node=1)
+    now = timezone.now()
+    for node, age in zip(nodes, (5, 60, 600), strict=True):
+        WorkerNode.objects.filter(pk=node.pk).update(last_seen=now - timedelta(seconds=age))
+    Lease.objects.filter(node=nodes[0]).update(state=Lease.State.ACTIVE, deadline=now - timedelta(seconds=1))
+    result = update_liveness()
+    states = [WorkerNode.objects.get(pk=n.pk).state for n in nodes]
+    assert states == ["healthy", "stale", "offline"]
+    assert result["expired_leases"] == 1
+    assert Lease.objects.get(node=nodes[0]).state == Lease.State.EXPIRED
