@@ -144,7 +144,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer and Celery ---------------------------------------------------------------
 if EMBEDDED:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Reaches consumers of every process on this machine (the Celery worker's controls push to
+    # dashboards served by the ASGI process); see swarm_app/core/channel_layer.py.
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "swarm_app.core.channel_layer.SQLiteChannelLayer",
+            "CONFIG": {"path": str(DATA_DIR / "channels.sqlite3")},
+        }
+    }
     _broker_dir = DATA_DIR / "celery" / "broker"
     _broker_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"

@@ -1,0 +1,69 @@
+"""The configured channel layer carries group messages between processes, in both modes
+(SQLite file in embedded mode, Redis in production): a Celery worker's control run reaches the
+dashboards of the ASGI process this way."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+from channels.layers import get_channel_layer
+
+from tests.servers import ROOT, server_env
+
+SENDER = """
+import asyncio, django
+django.setup()
+from channels.layers import get_channel_layer
+asyncio.run(get_channel_layer().group_send("campaign-test", {"type": "metrics.point", "round": 7}))
+"""
+
+
+def test_group_message_crosses_processes(db):
+    layer = get_channel_layer()
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add("campaign-test", channel)
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            SENDER,
+            cwd=ROOT,
+            env=server_env(DJANGO_SETTINGS_MODULE="swarm_app.settings"),
+        )
+        assert await sender.wait() == 0
+        message = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        await layer.group_discard("campaign-test", channel)
+        return message
+
+    assert asyncio.run(scenario()) == {"type": "metrics.point", "round": 7}
+
+
+def test_discarded_members_get_nothing_and_direct_sends_arrive(db):
+    layer = get_channel_layer()
+
+    async def scenario():
+        a, b = await layer.new_channel(), await layer.new_channel()
+        await layer.group_add("g-test", a)
+        await layer.group_add("g-test", b)
+        await layer.group_discard("g-test", b)
+        await layer.group_send("g-test", {"type": "x.y", "n": 1})
+        got_a = await asyncio.wait_for(layer.receive(a), timeout=5)
+        await layer.send(b, {"type": "direct"})
+        got_b = await asyncio.wait_for(layer.receive(b), timeout=5)
+        return got_a, got_b
+
+    assert asyncio.run(scenario()) == ({"type": "x.y", "n": 1}, {"type": "direct"})
+
+
+def test_sender_subprocess_is_real():
+    # Guard against a vacuous pass: the subprocess must fail loudly on a broken settings module.
+    result = subprocess.run(
+        [sys.executable, "-c", SENDER],
+        cwd=ROOT,
+        env=server_env(DJANGO_SETTINGS_MODULE="no.such.settings"),
+        capture_output=True,
+    )
+    assert result.returncode != 0
