@@ -184,6 +184,8 @@ class Agent:
 
         metrics = self._reward_metrics()
         metrics.update(stats.metrics())
+        # Audit figure: a pool must never hand an agent its own rollouts as "external".
+        metrics["batch/external_from_self"] = float(sum(r.agent_id == self.agent_id for r in external))
         if samples:
             step = self.learner.step(samples)
             self.backend.sync_weights(self.model)
