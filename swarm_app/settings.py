@@ -18,6 +18,8 @@ Environment variables (see platform/.env.example):
     ALLOWED_HOSTS    comma-separated (default: localhost names)
     CSRF_TRUSTED_ORIGINS  comma-separated origins, for a coordinator behind a TLS proxy
     SERVE_STATIC     1/0: the ASGI app serves /static/ itself (default 1 in embedded mode)
+    DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
+                     DB_POOL_MIN, DB_POOL_MAX size it
 """
 
 from __future__ import annotations
@@ -128,7 +130,15 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("DB_POOL", True):
+    # Under ASGI Django advises pooling over persistent connections: a psycopg pool per process
+    # saves a PostgreSQL handshake (~10 ms) on every websocket request.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": int(os.environ.get("DB_POOL_MIN", "1")),
+        "max_size": int(os.environ.get("DB_POOL_MAX", "8")),
+    }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _sqlite_path = Path(DATABASES["default"]["NAME"])
     DATABASES["default"]["OPTIONS"] = {
         # The ASGI server and the Celery worker write from separate processes: WAL lets readers

@@ -34,7 +34,8 @@ class WorkerNode(models.Model):
 
     node_id = models.CharField(max_length=64, help_text="chosen by the worker, kept on its disk")
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="nodes")
-    token = models.ForeignKey(WorkerToken, on_delete=models.PROTECT, related_name="nodes")
+    # RESTRICT: a token cannot be deleted while its nodes exist, but deleting the campaign deletes both.
+    token = models.ForeignKey(WorkerToken, on_delete=models.RESTRICT, related_name="nodes")
     tier = models.CharField(max_length=64)
     state = models.CharField(max_length=16, choices=State.choices, default=State.HEALTHY, db_index=True)
     hardware = models.JSONField(default=dict)

@@ -1,0 +1,108 @@
+"""Generation throughput: vLLM against transformers on the same prompts, in one process.
+
+    python bench/generation.py --tier tiny-20m [--prompts 8 --n 8 --max-new-tokens 48 --repeats 3]
+
+Both backends are the worker's own (worker/generation): the same rendered reasoning-gym prompts
+(the ``cpu`` task preset), the same n, max_new_tokens, temperature and seeds, called alternately
+(transformers, vLLM, transformers, ...) after one unmeasured warm-up call each, so that machine
+noise falls on both. Tokens are the sampled tokens actually returned (a sample that meets its
+end-of-sequence token early counts only what it produced). One line per measurement, then the
+totals, then ``ratio=`` (vLLM tokens/s over transformers tokens/s) last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from worker.generation.base import GenerationBackend  # noqa: E402
+from worker.generation.hf import TransformersBackend  # noqa: E402
+from worker.models import load_policy, resolve, tier  # noqa: E402
+from worker.prompts import render_prompt  # noqa: E402
+from worker.tasks import QuestionStream, preset  # noqa: E402
+
+
+def measure(
+    backend: GenerationBackend, prompts: list[str], n: int, max_new_tokens: int, temperature: float, seed: int
+) -> tuple[int, float]:
+    start = time.perf_counter()
+    samples = backend.generate(
+        prompts, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
+    )
+    seconds = time.perf_counter() - start
+    return sum(len(s.token_ids) for group in samples for s in group), seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tier", default="tiny-1m")
+    parser.add_argument("--cache-dir", type=Path, default=REPO / "data" / "models")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per call")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3, help="measured calls per backend")
+    parser.add_argument("--tasks", default="cpu", help="task preset the prompts come from")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from worker.generation.vllm_backend import VLLMBackend
+
+    spec = tier(args.tier)
+    model_dir = resolve(spec, args.cache_dir, log=lambda _: None)
+    model, tokenizer = load_policy(spec, args.cache_dir, log=lambda _: None)
+    questions = QuestionStream(preset(args.tasks), seed=args.seed).take(args.prompts)
+    prompts = [render_prompt(tokenizer, q.question) for q in questions]
+    print(
+        f"# tier={spec.name} params={sum(p.numel() for p in model.parameters())} prompts={len(prompts)} "
+        f"n={args.n} max_new_tokens={args.max_new_tokens} temperature={args.temperature} "
+        f"torch_threads={torch.get_num_threads()} torch={torch.__version__}",
+        flush=True,
+    )
+    backends: list[GenerationBackend] = [
+        TransformersBackend(model, tokenizer),
+        VLLMBackend(model_dir, tokenizer, spec=spec, seed=args.seed, log=lambda line: print(f"# {line}")),
+    ]
+    start = time.perf_counter()
+    backends[1].sync_weights(model)
+    print(f"# vllm weight sync {time.perf_counter() - start:.3f} s", flush=True)
+
+    for backend in backends:  # warm-up, not measured
+        measure(backend, prompts, args.n, args.max_new_tokens, args.temperature, args.seed)
+    totals: dict[str, list[tuple[int, float]]] = {b.name: [] for b in backends}
+    for repeat in range(args.repeats):
+        for backend in backends:
+            seed = args.seed + 1000 * (repeat + 1)
+            tokens, seconds = measure(backend, prompts, args.n, args.max_new_tokens, args.temperature, seed)
+            totals[backend.name].append((tokens, seconds))
+            print(
+                f"backend={backend.name} tier={spec.name} repeat={repeat} tokens={tokens} "
+                f"seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f}",
+                flush=True,
+            )
+    rates = {}
+    for name, runs in totals.items():
+        tokens = sum(t for t, _ in runs)
+        seconds = sum(s for _, s in runs)
+        rates[name] = tokens / seconds
+        median = statistics.median(t / s for t, s in runs)
+        print(
+            f"total backend={name} tokens={tokens} seconds={seconds:.3f} tokens_per_s={rates[name]:.1f} median_tokens_per_s={median:.1f}"
+        )
+    print(f"ratio={rates['vllm'] / rates['transformers']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
