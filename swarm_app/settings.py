@@ -169,6 +169,8 @@ if EMBEDDED:
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "store_processed": False,
+        # exchange tables (celery control, beat); kombu's default is ./control in the cwd
+        "control_folder": str(DATA_DIR / "celery" / "control"),
     }
     CELERY_RESULT_BACKEND = f"file://{(DATA_DIR / 'celery' / 'results').as_posix()}"
     (DATA_DIR / "celery" / "results").mkdir(parents=True, exist_ok=True)
