@@ -1,6 +1,7 @@
 """`swarm-worker`: the volunteer's command line.
 
 swarm-worker doctor                 check this machine before joining
+swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
 """
 
 from __future__ import annotations
@@ -97,6 +98,63 @@ def cmd_build_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_join(args: argparse.Namespace) -> int:
+    """Join a coordinator and train until its campaign ends; exit 0 on a clean stop (Ctrl-C too)."""
+    import logging
+
+    from rich.console import Console
+
+    from worker.client import ClientError, FatalError, run_worker
+    from worker.identity import IdentityError
+
+    token = args.token or os.environ.get("SWARM_TOKEN", "")
+    url = args.url or os.environ.get("SWARM_URL", "")
+    if not url or not token:
+        missing = "URL (or $SWARM_URL)" if not url else "--token (or $SWARM_TOKEN)"
+        print(f"swarm-worker join: error: {missing} is required", file=sys.stderr)
+        return 2
+    console = Console(stderr=True)
+    status = not args.no_status and console.is_terminal
+    if status:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=console, show_path=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    logging.getLogger("worker").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        result = run_worker(
+            url,
+            token,
+            args.data_dir,
+            backend=args.backend,
+            max_rounds=args.max_rounds,
+            preferred_tier=args.tier,
+            status=status,
+            torch_threads=args.threads,
+            console=console,
+        )
+    except KeyboardInterrupt:  # before the worker's own handling took over
+        print("swarm-worker: interrupted", file=sys.stderr)
+        return 0
+    except FatalError as error:
+        print(f"swarm-worker: cannot continue: {error}", file=sys.stderr)
+        return 2
+    except (ClientError, IdentityError, ValueError) as error:
+        print(f"swarm-worker: error: {error}", file=sys.stderr)
+        return 2
+    rounds = (
+        f", rounds {result.start_round}-{result.next_round}, {result.rounds_run} this run"
+        if result.tier
+        else ""
+    )
+    print(f"swarm-worker: {result.message or result.reason} (node {result.node_id}{rounds})", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
@@ -146,6 +204,25 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("tier")
     build.add_argument("--cache-dir", type=Path, default=None)
     build.set_defaults(func=cmd_build_tiny)
+
+    join = sub.add_parser("join", help="join a coordinator's campaign and train with the swarm")
+    join.add_argument(
+        "url",
+        nargs="?",
+        default=None,
+        help="coordinator, e.g. wss://swarm.example.org/ws/worker/ or https://host (default: $SWARM_URL)",
+    )
+    join.add_argument(
+        "--token", default=None, help="worker token (default: $SWARM_TOKEN, which keeps it out of ps)"
+    )
+    join.add_argument("--backend", choices=["auto", "transformers", "vllm"], default="auto")
+    join.add_argument("--data-dir", type=Path, default=default_data_dir())
+    join.add_argument("--max-rounds", type=int, default=None, help="stop after N rounds of this run")
+    join.add_argument("--tier", default=None, help="preferred model tier (honoured if it fits)")
+    join.add_argument("--no-status", action="store_true", help="log lines only, no live status line")
+    join.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    join.add_argument("-v", "--verbose", action="store_true")
+    join.set_defaults(func=cmd_join)
     return parser
 
 

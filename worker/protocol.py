@@ -173,7 +173,10 @@ WORKER_MESSAGES = _messages(
         "sample_request",
         "worker",
         "Ask for up to `count` verified rollouts of other workers (the campaign's strategy).",
-        {"round": S("int", minimum=0, maximum=10**9), "count": S("int", minimum=0, maximum=MAX_ROLLOUTS_PER_MESSAGE)},
+        {
+            "round": S("int", minimum=0, maximum=10**9),
+            "count": S("int", minimum=0, maximum=MAX_ROLLOUTS_PER_MESSAGE),
+        },
         reply="samples",
     ),
     MessageSpec(
@@ -183,7 +186,9 @@ WORKER_MESSAGES = _messages(
         {"round": S("int", minimum=0, maximum=10**9), "metrics": S("object", max_length=8000)},
         reply="metrics_ack",
     ),
-    MessageSpec("heartbeat", "worker", "Liveness; send every `heartbeat_seconds`.", {}, reply="heartbeat_ack"),
+    MessageSpec(
+        "heartbeat", "worker", "Liveness; send every `heartbeat_seconds`.", {}, reply="heartbeat_ack"
+    ),
     MessageSpec(
         "release",
         "worker",
@@ -201,7 +206,9 @@ COORDINATOR_MESSAGES = _messages(
         {
             "protocol_version": S("int"),
             "node_id": ID,
-            "campaign": S("object", max_length=64_000, doc="id, name, state and config (tasks, G, I, J, GRPO...)"),
+            "campaign": S(
+                "object", max_length=64_000, doc="id, name, state and config (tasks, G, I, J, GRPO...)"
+            ),
             "tier": S("str", max_length=64),
             "model": S("object", max_length=4000, doc="the tier's ModelSpec"),
             "resume_round": S("int", minimum=0, doc="the next round the coordinator expects from this node"),
@@ -218,7 +225,9 @@ COORDINATOR_MESSAGES = _messages(
             "lease_id": ID,
             "round": S("int", minimum=0),
             "deadline": S("number", doc="unix time; submit before it"),
-            "questions": S("list", max_length=MAX_ROLLOUTS_PER_MESSAGE, doc="[{ref, question, answer, metadata}]"),
+            "questions": S(
+                "list", max_length=MAX_ROLLOUTS_PER_MESSAGE, doc="[{ref, question, answer, metadata}]"
+            ),
         },
     ),
     MessageSpec(
@@ -267,7 +276,9 @@ COORDINATOR_MESSAGES = _messages(
 
 def _check_field(name: str, spec: Field, value: Any) -> Any:
     def fail(expected: str) -> ProtocolError:
-        return ProtocolError(ErrorCode.INVALID_MESSAGE, f"field {name!r}: expected {expected}, got {value!r:.80}")
+        return ProtocolError(
+            ErrorCode.INVALID_MESSAGE, f"field {name!r}: expected {expected}, got {value!r:.80}"
+        )
 
     kind = spec.kind
     if kind == "str":
@@ -298,13 +309,19 @@ def _check_field(name: str, spec: Field, value: Any) -> Any:
             "list": lambda v: isinstance(v, dict),
             "str_list": lambda v: isinstance(v, str) and len(v) <= 200,
             "int_list": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "number_lists": lambda v: isinstance(v, list)
-            and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in v),
+            "number_lists": lambda v: (
+                isinstance(v, list)
+                and all(
+                    isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in v
+                )
+            ),
             "rollouts": lambda v: True,
         }[kind]
         for i, item in enumerate(value):
             if not item_ok(item):
-                raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"field {name!r}[{i}]: invalid item {item!r:.80}")
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE, f"field {name!r}[{i}]: invalid item {item!r:.80}"
+                )
         if kind == "rollouts":
             rollouts = []
             for i, item in enumerate(value):
@@ -332,7 +349,9 @@ def parse(raw: str | bytes, direction: str) -> Message:
     """Validate one frame sent by ``direction`` ("worker" or "coordinator"); raise ProtocolError."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+        raise ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}"
+        )
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -350,6 +369,18 @@ def parse(raw: str | bytes, direction: str) -> Message:
         raise
 
 
+def peek_id(raw: str) -> str | None:
+    """The request id of a frame that will not be processed (e.g. rate-limited), if readable."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    request_id = data.get("id") if isinstance(data, dict) else None
+    return request_id if isinstance(request_id, str) and len(request_id) <= 64 else None
+
+
 def _validate(data: dict[str, Any], direction: str) -> Message:
     specs = WORKER_MESSAGES if direction == "worker" else COORDINATOR_MESSAGES
     kind = data.get("type")
@@ -357,7 +388,9 @@ def _validate(data: dict[str, Any], direction: str) -> Message:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'type': expected a string")
     spec = specs.get(kind)
     if spec is None:
-        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {sorted(specs)}")
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {sorted(specs)}"
+        )
     envelope = {}
     for key in ("id", "reply_to"):
         if key in data:
@@ -398,8 +431,16 @@ def error(code: ErrorCode, message: str, reply_to: str | None = None, data: dict
 
 def render_docs() -> str:
     """The message reference section of docs/protocol.md."""
-    lines = ["## Message reference", "", "Generated by `python -m worker.protocol` from `worker/protocol.py`.", ""]
-    for title, specs in (("Worker to coordinator", WORKER_MESSAGES), ("Coordinator to worker", COORDINATOR_MESSAGES)):
+    lines = [
+        "## Message reference",
+        "",
+        "Generated by `python -m worker.protocol` from `worker/protocol.py`.",
+        "",
+    ]
+    for title, specs in (
+        ("Worker to coordinator", WORKER_MESSAGES),
+        ("Coordinator to worker", COORDINATOR_MESSAGES),
+    ):
         lines += [f"### {title}", ""]
         for spec in specs.values():
             reply = f" Answered by `{spec.reply}` (or `error`)." if spec.reply else ""

@@ -66,6 +66,7 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         request_id = None
         try:
             if not self.bucket.take():
+                request_id = protocol.peek_id(text_data) if text_data is not None else None
                 raise ProtocolError(
                     ErrorCode.RATE_LIMITED,
                     f"too many messages; at most {settings.WORKER_RATE_PER_SECOND:g} a second on average",
