@@ -88,9 +88,9 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
 
 
 @contextmanager
-def asgi_server(log_path: Path, **env: str) -> Iterator[str]:
-    """Start daphne on a free loopback port; yield its base URL (http://127.0.0.1:PORT)."""
-    port = free_port()
+def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator[str]:
+    """Start daphne on a loopback port (a free one by default); yield its base URL."""
+    port = port or free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [
@@ -142,3 +142,30 @@ def celery_worker(log_path: Path, beat: bool = False, **env: str) -> Iterator[su
         yield proc
     finally:
         stop(proc, timeout=30)
+
+
+def worker_process(
+    url: str, token: str, data_dir: Path, log_path: Path, *args: str, **env: str
+) -> subprocess.Popen:
+    """A volunteer's worker, ``swarm-worker join``, as its own process (one torch thread)."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worker.cli",
+                "join",
+                url,
+                "--data-dir",
+                str(data_dir),
+                "--no-status",
+                "--threads",
+                "1",
+                *args,
+            ],
+            cwd=ROOT,
+            env=server_env(SWARM_TOKEN=token, **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

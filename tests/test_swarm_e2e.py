@@ -1,0 +1,146 @@
+"""The swarm end to end: real worker processes (`swarm-worker join`, tiny-1m) against a real
+coordinator, and the faults a volunteer swarm lives with: a worker killed mid-lease, the
+coordinator restarted mid-campaign, a worker restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from swarm_app.campaigns.models import Campaign, RoundMetrics
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from tests.servers import asgi_server, free_port, stop, worker_process
+from worker.campaign import CampaignConfig
+from worker.rewards import rewards
+from worker.tasks import QuestionRef
+
+pytestmark = pytest.mark.slow
+
+WORKER_TIMEOUT = 420  # seconds; 2 cores shared by 3-4 processes
+
+
+def make_campaign(rounds: int, **overrides) -> tuple[Campaign, str]:
+    config = CampaignConfig(
+        tiers=["tiny-1m"],
+        group_size=4,
+        questions_per_round=4,
+        num_local=2,
+        num_external=2,
+        rounds=rounds,
+        max_new_tokens=12,
+        **overrides,
+    ).validate()
+    campaign = Campaign.objects.create(name="e2e", state=Campaign.State.RUNNING, config=config.to_json())
+    return campaign, create_token(campaign, "e2e")[1]
+
+
+def wait_all(procs: list, logs: list[Path], timeout: float = WORKER_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    for proc, log in zip(procs, logs, strict=True):
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except Exception:
+            stop(proc)
+            pytest.fail(f"worker did not finish in time:\n{log.read_text()[-4000:]}")
+        assert proc.returncode == 0, log.read_text()[-4000:]
+
+
+def assert_pool_verified(campaign: Campaign) -> None:
+    mix = campaign.settings.mix
+    for row in PoolRollout.objects.filter(campaign=campaign):
+        record = row.record
+        ref = QuestionRef.from_json(record["ref"])
+        assert record["rewards"] == rewards(mix, ref, record["completions"]), row
+
+
+def test_three_workers_share_and_train(tiny_1m_dir, transactional_db, tmp_path):
+    campaign, token = make_campaign(rounds=5)
+    with asgi_server(tmp_path / "daphne.log") as url:
+        logs = [tmp_path / f"worker-{i}.log" for i in range(3)]
+        procs = [
+            worker_process(url, token, tmp_path / f"w{i}", logs[i], "--max-rounds", "5") for i in range(3)
+        ]
+        wait_all(procs, logs)
+
+    nodes = list(WorkerNode.objects.filter(campaign=campaign))
+    assert len(nodes) == 3
+    assert all(n.round == 5 for n in nodes), [(n.node_id, n.round) for n in nodes]
+    rows = RoundMetrics.objects.filter(campaign=campaign, arm="swarm")
+    assert rows.count() == 15
+    assert_pool_verified(campaign)
+    assert PoolRollout.objects.filter(campaign=campaign).count() == 3 * 5 * 4
+    external_used = [r.metrics["batch/external_used"] for r in rows]
+    assert sum(external_used) > 0, external_used
+    assert all(r.metrics["batch/external_from_self"] == 0 for r in rows)
+    for node in nodes:  # every worker trained on others' rollouts at some point
+        assert any(r.metrics["batch/external_used"] > 0 for r in rows if r.node_id == node.pk), node
+
+
+def test_worker_killed_mid_lease_loses_and_doubles_nothing(tiny_1m_dir, transactional_db, tmp_path):
+    campaign, token = make_campaign(rounds=3, lease_seconds=5)
+    with asgi_server(tmp_path / "daphne.log") as url:
+        victim = worker_process(url, token, tmp_path / "victim", tmp_path / "victim.log")
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        while not Lease.objects.filter(campaign=campaign, state=Lease.State.ACTIVE).exists():
+            assert time.monotonic() < deadline and victim.poll() is None, (
+                tmp_path / "victim.log"
+            ).read_text()[-3000:]
+            time.sleep(0.1)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        orphan = Lease.objects.get(campaign=campaign, state=Lease.State.ACTIVE)
+        time.sleep(5.5)  # past the deadline: its questions must go to the next worker
+
+        log = tmp_path / "rescuer.log"
+        rescuer = worker_process(url, token, tmp_path / "rescuer", log, "--max-rounds", "3")
+        wait_all([rescuer], [log])
+
+    orphan.refresh_from_db()
+    assert orphan.state == Lease.State.REISSUED
+    reissue = Lease.objects.get(reissue_of=orphan)
+    assert reissue.state == Lease.State.SUBMITTED
+    assert reissue.questions == orphan.questions
+    refs = list(
+        PoolRollout.objects.filter(campaign=campaign).values_list("task", "question_seed", "question_index")
+    )
+    assert len(refs) == len(set(refs)), "a question was counted twice"
+    victim_rollouts = PoolRollout.objects.filter(campaign=campaign).exclude(node=reissue.node).count()
+    assert len(refs) == 3 * 4 + victim_rollouts  # the rescuer's three rounds hold the orphan's questions
+    assert_pool_verified(campaign)
+
+
+def test_coordinator_restart_and_worker_restart(tiny_1m_dir, transactional_db, tmp_path):
+    campaign, token = make_campaign(rounds=6)
+    port = free_port()
+    logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
+    with asgi_server(tmp_path / "daphne-1.log", port=port) as url:
+        procs = [
+            worker_process(url, token, tmp_path / f"w{i}", logs[i], "--max-rounds", "4") for i in range(2)
+        ]
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        while RoundMetrics.objects.filter(campaign=campaign).count() < 2:
+            assert time.monotonic() < deadline, logs[0].read_text()[-3000:]
+            time.sleep(0.2)
+    # the coordinator is down now; the workers keep retrying until it is back on the same port
+    time.sleep(2)
+    with asgi_server(tmp_path / "daphne-2.log", port=port) as url:
+        wait_all(procs, logs)
+        first_ids = set(WorkerNode.objects.filter(campaign=campaign).values_list("node_id", flat=True))
+        assert len(first_ids) == 2
+        assert all(n.round == 4 for n in WorkerNode.objects.filter(campaign=campaign))
+
+        # a worker restarted on its data directory resumes as the same node, at its round
+        again = worker_process(url, token, tmp_path / "w0", logs[0], "--max-rounds", "2")
+        wait_all([again], [logs[0]])
+    nodes = {n.node_id: n for n in WorkerNode.objects.filter(campaign=campaign)}
+    assert set(nodes) == first_ids
+    assert sorted(n.round for n in nodes.values()) == [4, 6]
+    resumed = max(nodes.values(), key=lambda n: n.round)
+    rounds = sorted(RoundMetrics.objects.filter(node=resumed).values_list("round", flat=True))
+    assert rounds == list(range(6))
+    assert_pool_verified(campaign)
