@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.servers import asgi_server
+
+# Tests run servers, Celery workers and worker processes beside this one on 2 cores; several
+# processes with 2 torch threads each run up to 8x slower than with one (measured).
+torch.set_num_threads(int(os.environ.get("SWARM_TEST_TORCH_THREADS", "1")))
 
 
 @pytest.fixture
