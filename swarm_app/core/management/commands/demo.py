@@ -1,0 +1,292 @@
+"""manage.py demo: a cpu-demo campaign, its controls and local workers, and the live dashboard.
+
+One command shows a swarm learning next to its isolated controls on one machine:
+
+1. migrate the database (embedded SQLite unless DATABASE_URL is set);
+2. create a staff account with a generated password (printed once) if there is none;
+3. build the tiny CPU tiers once (cached in the model cache, reused by later runs);
+4. create a ``cpu-demo`` campaign and a worker token, and launch it (the controls are queued);
+5. start the ASGI server, a Celery worker with beat, and N local workers per tier;
+6. print the dashboard URL and a status line every few seconds until the campaign completes,
+   ``--minutes`` pass, or Ctrl-C; then stop every child process (workers first, so they give
+   their leases back) and mark the campaign stopped or completed.
+
+With DATABASE_URL and REDIS_URL set, the same command runs on PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import webbrowser
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.models import Avg, Max
+
+ROOT = Path(settings.BASE_DIR)
+DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
+DEMO_USER = "organizer"
+
+
+class Children:
+    """The demo's child processes, each in its own process group, stopped in reverse order."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, args: list[str], **env: str) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo only; it stops the children in order
+        )
+        self.procs.append((name, proc))
+        return proc
+
+    def dead(self) -> list[str]:
+        return [name for name, proc in self.procs if proc.poll() is not None and proc.returncode != 0]
+
+    def stop(self, names_first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> None:
+        ordered = [p for p in self.procs if p[0].startswith(names_first)]
+        ordered += [p for p in reversed(self.procs) if p not in ordered]
+        for _, proc in ordered:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for _, proc in ordered:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+class Command(BaseCommand):
+    help = "Run a cpu-demo campaign with local workers, its isolated controls and the live dashboard."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--workers", type=int, default=1, help="local workers per tier (default 1: 2 cores)"
+        )
+        parser.add_argument(
+            "--rounds", type=int, default=None, help="rounds per node (default: the preset's)"
+        )
+        parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--tiers", default="tiny-1m,tiny-5m", help="comma-separated CPU tiers")
+        parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
+        parser.add_argument("--browser", action="store_true", help="open a browser even without a display")
+        parser.add_argument("--reset", action="store_true", help="start fresh: new database and demo data")
+        parser.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
+
+    def handle(self, *args, **opts) -> None:
+        from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
+        from swarm_app.campaigns.models import Campaign
+        from swarm_app.coordinator.tokens import create_token
+        from worker.campaign import cpu_demo_config
+        from worker.models import model_cache_dir, tier
+        from worker.tiny import ensure_tiny_model
+
+        demo_dir = Path(settings.DATA_DIR) / "demo"
+        if opts["reset"]:
+            self.reset(demo_dir)
+        demo_dir.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", verbosity=0, interactive=False)
+        self.stdout.write(
+            f"database: {connection.vendor}, {'embedded' if settings.EMBEDDED else 'Redis'} broker"
+        )
+        self.ensure_organizer()
+
+        tiers = [t.strip() for t in opts["tiers"].split(",") if t.strip()]
+        for name in tiers:
+            if not tier(name).cpu_ok:
+                raise CommandError(f"tier {name} needs a GPU; the demo runs CPU tiers")
+            started = time.monotonic()
+            path = ensure_tiny_model(name, model_cache_dir(), log=lambda m: self.stdout.write(f"  {m}"))
+            self.stdout.write(f"model {name}: {path} ({time.monotonic() - started:.0f} s)")
+
+        overrides = {"tiers": tiers}
+        if opts["rounds"]:
+            overrides["rounds"] = opts["rounds"]
+        config = cpu_demo_config(**overrides).validate()
+        campaign = Campaign.objects.create(
+            name=f"cpu-demo {time.strftime('%Y-%m-%d %H:%M')}", config=config.to_json()
+        )
+        _, secret = create_token(campaign, "demo local workers")
+
+        children = Children(demo_dir)
+        port = opts["port"]
+        url = f"http://127.0.0.1:{port}"
+        env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1"}
+        python = sys.executable
+        children.start(
+            "daphne",
+            [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                *DAPHNE_LIMITS,
+                "swarm_app.asgi:application",
+            ],
+            **env,
+        )
+        controls = (
+            len(config.tiers) * (config.controls.isolated + config.controls.filtered) * config.controls.seeds
+        )
+        children.start(
+            "celery",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "swarm_app",
+                "worker",
+                "--beat",
+                "-l",
+                "info",
+                "--concurrency",
+                str(max(1, controls)),
+                "--schedule",
+                str(demo_dir / "celerybeat-schedule"),
+            ],
+            **env,
+        )
+        interrupted = False
+        try:
+            self.wait_http(url, children)
+            launch(campaign)
+            for name in tiers:
+                for index in range(opts["workers"]):
+                    data_dir = demo_dir / "workers" / f"campaign-{campaign.pk}" / f"{name}-{index}"
+                    children.start(
+                        f"worker-{name}-{index}",
+                        [
+                            python,
+                            "-m",
+                            "worker.cli",
+                            "join",
+                            url,
+                            "--data-dir",
+                            str(data_dir),
+                            "--tier",
+                            name,
+                            "--no-status",
+                            "--threads",
+                            "1",
+                        ],
+                        SWARM_TOKEN=secret,
+                        **env,
+                    )
+            self.stdout.write(self.style.SUCCESS(f"dashboard: {url}{campaign.get_absolute_url()}"))
+            self.stdout.write(f"logs: {demo_dir}/*.log   (Ctrl-C stops everything)")
+            if opts["browser"] or (
+                not opts["no_browser"] and (os.environ.get("DISPLAY") or sys.platform == "darwin")
+            ):
+                webbrowser.open(f"{url}{campaign.get_absolute_url()}")
+            deadline = time.monotonic() + opts["minutes"] * 60 if opts["minutes"] else None
+            while True:
+                time.sleep(opts["status_every"])
+                campaign.refresh_from_db()
+                self.stdout.write(self.status_line(campaign))
+                if complete_if_done(campaign) or campaign.is_finished:
+                    break
+                if deadline and time.monotonic() > deadline:
+                    self.stdout.write(f"--minutes {opts['minutes']:g} reached")
+                    break
+                dead = children.dead()
+                if dead:
+                    raise CommandError(f"{', '.join(dead)} exited with an error; see {demo_dir}/<name>.log")
+        except KeyboardInterrupt:
+            interrupted = True
+            self.stdout.write("\nstopping (Ctrl-C)...")
+        finally:
+            children.stop()
+            campaign.refresh_from_db()
+            if not campaign.is_finished:
+                stop(campaign)
+        self.stdout.write(self.status_line(campaign))
+        self.stdout.write(
+            self.style.SUCCESS(f"campaign {campaign.pk} {campaign.state}; every child process stopped")
+        )
+        if interrupted:
+            sys.exit(130)
+
+    def ensure_organizer(self) -> None:
+        User = get_user_model()
+        if User.objects.filter(username=DEMO_USER).exists():
+            self.stdout.write(
+                f"staff account: {DEMO_USER} (password printed on its first run; "
+                f"`manage.py changepassword {DEMO_USER}` sets a new one)"
+            )
+            return
+        password = secrets.token_urlsafe(12)
+        User.objects.create_user(DEMO_USER, password=password, is_staff=True, is_superuser=True)
+        self.stdout.write(self.style.WARNING(f"staff account: {DEMO_USER} / {password}   (shown once)"))
+
+    def reset(self, demo_dir: Path) -> None:
+        """A new database (embedded) or no demo campaigns (server); built models are kept."""
+        if connection.vendor == "sqlite":
+            connection.close()
+            name = Path(settings.DATABASES["default"]["NAME"])
+            for path in (name, name.with_name(name.name + "-wal"), name.with_name(name.name + "-shm")):
+                path.unlink(missing_ok=True)
+        else:
+            from swarm_app.campaigns.models import Campaign
+
+            Campaign.objects.filter(name__startswith="cpu-demo").delete()
+        shutil.rmtree(demo_dir, ignore_errors=True)
+        self.stdout.write("reset: fresh demo data (built models kept)")
+
+    def wait_http(self, url: str, children: Children, timeout: float = 60.0) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if children.dead():
+                raise CommandError(f"{', '.join(children.dead())} failed to start; see its log")
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise CommandError(f"the ASGI server did not answer at {url} within {timeout:.0f} s")
+
+    def status_line(self, campaign) -> str:
+        from swarm_app.campaigns.models import RoundMetrics
+        from swarm_app.coordinator.models import WorkerNode
+
+        parts = [f"[{time.strftime('%H:%M:%S')}] {campaign.state}"]
+        workers = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
+        parts.append(f"workers {workers}")
+        rows = RoundMetrics.objects.filter(campaign=campaign)
+        for arm in ("swarm", "isolated", "filtered"):
+            stats = rows.filter(arm=arm).aggregate(last=Max("round"), reward=Avg("reward"))
+            if stats["last"] is None:
+                parts.append(f"{arm} -")
+                continue
+            recent = rows.filter(arm=arm, round__gte=max(0, stats["last"] - 4)).aggregate(r=Avg("reward"))[
+                "r"
+            ]
+            parts.append(f"{arm} r{stats['last']} reward {recent:.3f}")
+        return " | ".join(parts)
