@@ -10,4 +10,15 @@ export SWARM_DATA_DIR="${SWARM_DATA_DIR:-$ROOT/data/test}"
 export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only}"
 # Built tiny models are shared by every run (and with the demo): built once per machine.
 export SWARM_MODEL_CACHE="${SWARM_MODEL_CACHE:-$ROOT/data/models}"
+# The browser test drives Debian's chromium through Playwright (the `dev` extra); Playwright's own
+# browser download (`playwright install`) is never used.
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "==> installing chromium for the browser test"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "warning: /usr/bin/chromium is missing (run as root, or apt-get install chromium): the browser test will fail" >&2
+    fi
+fi
 exec python -m pytest "$@"

@@ -17,6 +17,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from swarm_app.campaigns.routing import websocket_urlpatterns as dashboard_ws  # noqa: E402
 from swarm_app.coordinator.routing import websocket_urlpatterns as worker_ws  # noqa: E402
 from swarm_app.core.routing import websocket_urlpatterns as core_ws  # noqa: E402
 
@@ -28,16 +29,16 @@ if settings.SERVE_STATIC:
 # Machine clients (workers, benchmarks) authenticate with tokens and send no Origin header;
 # browser sockets carry a session cookie, so they are checked against ALLOWED_HOSTS.
 machine_routes = [*core_ws, *worker_ws]
-browser_routes: list = []
+browser_routes: list = [*dashboard_ws]
+
+browser_app = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(browser_routes)))
+# The wrapper hides the inner URLRouter from the outer one, which would then treat path("") as
+# an endpoint matching only the empty path; this flag makes "" a prefix, as for a nested router.
+browser_app._path_routing = True
 
 application = ProtocolTypeRouter(
     {
         "http": django_http,
-        "websocket": URLRouter(
-            [
-                *machine_routes,
-                path("", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(browser_routes)))),
-            ]
-        ),
+        "websocket": URLRouter([*machine_routes, path("", browser_app)]),
     }
 )

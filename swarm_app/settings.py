@@ -18,6 +18,10 @@ Environment variables (see platform/.env.example):
     ALLOWED_HOSTS    comma-separated (default: localhost names)
     CSRF_TRUSTED_ORIGINS  comma-separated origins, for a coordinator behind a TLS proxy
     SERVE_STATIC     1/0: the ASGI app serves /static/ itself (default 1 in embedded mode)
+    SWARM_ALLOW_LOCAL_WORKERS  1/0: the campaign form may start worker processes on this machine
+                     (the demo sets it; default 0)
+    SWARM_CONTROL_STALE_SECONDS  a running isolated control without a heartbeat for this long is
+                     re-enqueued (default 30)
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
                      DB_POOL_MIN, DB_POOL_MAX size it
 """
@@ -192,8 +196,29 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
+# Isolated controls: a running control whose heartbeat is older than this is re-enqueued (its
+# Celery worker died); beat checks a few times per period.
+CONTROL_STALE_SECONDS = float(os.environ.get("SWARM_CONTROL_STALE_SECONDS", "30"))
+
 CELERY_BEAT_SCHEDULE = {
     "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
+    # Housekeeping that a busy worker runs late is dropped rather than run in a pile (expires).
+    "requeue-stale-controls": {
+        "task": "campaigns.requeue_stale_controls",
+        "schedule": max(1.0, min(10.0, CONTROL_STALE_SECONDS / 3)),
+        "options": {"expires": max(1.0, min(10.0, CONTROL_STALE_SECONDS / 3))},
+    },
+    "complete-finished-campaigns": {
+        "task": "campaigns.complete_finished",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+    # Keeps the dashboard rollups current, so a first page view reads them instead of raw rows.
+    "refresh-dashboards": {
+        "task": "campaigns.refresh_dashboards",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
+    },
 }
 
 # --- Coordinator ----------------------------------------------------------------------------
@@ -203,6 +228,9 @@ if POOL_SAMPLING not in ("inline", "celery"):
     raise ImproperlyConfigured(f"POOL_SAMPLING={POOL_SAMPLING!r}: expected inline or celery")
 WORKER_RATE_PER_SECOND = float(os.environ.get("WORKER_RATE_PER_SECOND", "20"))
 WORKER_RATE_BURST = float(os.environ.get("WORKER_RATE_BURST", "60"))
+# The campaign form may start N `swarm-worker join` processes on this machine (demo coordinators;
+# off by default: a public coordinator must not run training jobs for whoever is staff).
+SWARM_ALLOW_LOCAL_WORKERS = env_bool("SWARM_ALLOW_LOCAL_WORKERS", False)
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -33,6 +33,8 @@ class Campaign(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Worker processes the web form started on the coordinator's own machine (demo campaigns).
+    local_workers = models.IntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -76,7 +78,17 @@ class ControlRun(models.Model):
     round = models.IntegerField(default=0, help_text="rounds completed")
     error = models.TextField(blank=True)
     task_id = models.CharField(max_length=64, blank=True)
+    # Heartbeat: the running task touches it every few seconds, so a stale value means its
+    # Celery worker died and the run must be re-enqueued (campaigns.requeue_stale_controls).
     updated_at = models.DateTimeField(auto_now=True)
+    # The lock that keeps two copies of one run (a redelivered task, a re-enqueued one) from
+    # training at once: the task that set ``claimed_by`` owns the run until ``lease_until``.
+    claimed_by = models.CharField(max_length=160, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0, help_text="times a task claimed this run")
+    resumed_from = models.IntegerField(
+        null=True, blank=True, help_text="round the last attempt resumed at from a checkpoint"
+    )
 
     class Meta:
         constraints = [
@@ -117,3 +129,58 @@ class RoundMetrics(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} round {self.round}: {self.reward:.3f}"
+
+
+class RoundAggregate(models.Model):
+    """Dashboard rollup: one arm's statistics across agents for one round of one tier.
+
+    Maintained by swarm_app/campaigns/dashboard.py from new RoundMetrics rows (recomputed per
+    touched round, never incremented), so a page of a 1,000-worker, 2,000-round campaign reads
+    a few thousand rows instead of aggregating two million.
+    """
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="round_aggregates")
+    arm = models.CharField(max_length=16, choices=Arm.choices)
+    tier = models.CharField(max_length=64)
+    round = models.IntegerField()
+    agents = models.IntegerField(help_text="agents that reported this round")
+    reward_mean = models.FloatField()
+    reward_std = models.FloatField(help_text="population std across agents")
+    reward_min = models.FloatField()
+    reward_max = models.FloatField()
+    zero_std_share = models.FloatField(null=True, help_text="mean of frac_reward_zero_std")
+    local_used = models.FloatField(null=True, help_text="mean of batch/local_used")
+    external_used = models.FloatField(null=True, help_text="mean of batch/external_used")
+    source_id = models.BigIntegerField(db_index=True, help_text="largest RoundMetrics id included")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["campaign", "arm", "tier", "round"], name="one_aggregate_per_round"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id}/{self.tier}/{self.arm} round {self.round}: {self.reward_mean:.3f}"
+
+
+class AgentBlock(models.Model):
+    """Dashboard rollup: one agent's reward sum over a block of rounds (for the bootstrap over
+    agents), recomputed per touched block like :class:`RoundAggregate`."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="agent_blocks")
+    agent = models.CharField(max_length=80)
+    arm = models.CharField(max_length=16, choices=Arm.choices)
+    tier = models.CharField(max_length=64)
+    block = models.IntegerField(help_text="round // BLOCK_ROUNDS")
+    rounds = models.IntegerField()
+    reward_sum = models.FloatField()
+    last_round = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "agent", "block"], name="one_block_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} block {self.block}: {self.reward_sum:.2f} over {self.rounds}"

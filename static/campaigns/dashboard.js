@@ -1,0 +1,385 @@
+/* The campaign page: loads the aggregated dashboard JSON once, then follows the campaign's
+ * websocket (/ws/campaigns/<id>/) and redraws without reloading.
+ *
+ * The server sends aggregates only: per-round means/stds per tier and arm (downsampled to at
+ * most `max_points` per series), tables every few seconds, and raw points only for the agents
+ * this viewer selected. Every string that came from a worker is inserted with textContent.
+ */
+(function () {
+  "use strict";
+
+  const config = JSON.parse(document.getElementById("dashboard-config").textContent);
+  const ARMS = ["swarm", "isolated", "filtered"];
+  const LABELS = { swarm: "swarm", isolated: "isolated (J = 0)", filtered: "filtered isolated" };
+  const COLORS = { swarm: "#2f6fde", isolated: "#d9822b", filtered: "#2a9d8f" };
+  const BANDS = { swarm: "rgba(47,111,222,0.15)", isolated: "rgba(217,130,43,0.15)", filtered: "rgba(42,157,143,0.15)" };
+  const PLOT_CONFIG = { displaylogo: false, responsive: true };
+
+  const state = {
+    step: 1,
+    maxPoints: 500,
+    tiers: [],
+    series: {}, // tier -> arm -> {rows: [{round, mean, std, agents, cumulative}], base: n}
+    agents: {}, // agent -> {tier, round: [], reward: []}
+    pointsReceived: 0,
+    lastPoint: null,
+    firstPointAt: null, // ms since the epoch, when the first live point arrived
+    lastPointAt: null,
+    ready: false,
+    socketOpen: false,
+  };
+  window.swarmDashboard = state; // read by tests and curious viewers
+
+  // --- helpers ------------------------------------------------------------------------------
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (cls) node.className = cls;
+    return node;
+  }
+  function fmt(value, digits) {
+    if (value === null || value === undefined || Number.isNaN(value)) return "–";
+    return Number(value).toFixed(digits === undefined ? 3 : digits);
+  }
+  function pct(value) {
+    if (value === null || value === undefined) return "–";
+    return (value >= 0 ? "+" : "") + value.toFixed(1) + " %";
+  }
+  function slug(tier) {
+    return tier.replace(/[^a-zA-Z0-9_-]/g, "_");
+  }
+
+  // --- series -------------------------------------------------------------------------------
+  function setSeries(series, step) {
+    state.series = {};
+    state.step = step;
+    for (const [tier, arms] of Object.entries(series)) {
+      state.series[tier] = {};
+      for (const [arm, s] of Object.entries(arms)) {
+        const rows = s.round.map((r, i) => ({
+          round: r, mean: s.mean[i], std: s.std[i], agents: s.agents[i], cumulative: s.cumulative[i],
+        }));
+        // Downsampled points keep the server's cumulative values; finer ones are summed here.
+        state.series[tier][arm] = { rows: rows, base: step > 1 ? rows.length : 0 };
+      }
+    }
+  }
+
+  function upsertPoint(p) {
+    if (!state.series[p.tier]) state.series[p.tier] = {};
+    const entry = state.series[p.tier][p.arm] || (state.series[p.tier][p.arm] = { rows: [], base: 0 });
+    const rows = entry.rows;
+    if (entry.base > 0 && p.round <= rows[entry.base - 1].round) return false; // inside a downsampled bucket
+    let i = rows.length;
+    while (i > 0 && rows[i - 1].round > p.round) i--;
+    const row = { round: p.round, mean: p.mean, std: p.std, agents: p.agents, cumulative: null };
+    if (i > 0 && rows[i - 1].round === p.round) rows[i - 1] = row;
+    else rows.splice(i, 0, row);
+    let running = entry.base > 0 ? rows[entry.base - 1].cumulative : 0;
+    for (let j = entry.base; j < rows.length; j++) {
+      running += rows[j].mean;
+      rows[j].cumulative = running;
+    }
+    return true;
+  }
+
+  // --- charts -------------------------------------------------------------------------------
+  function ensurePanels() {
+    const container = document.getElementById("tiers");
+    for (const tier of state.tiers) {
+      if (document.getElementById("reward-" + slug(tier))) continue;
+      const panel = el("div", null, "tier-panel");
+      panel.appendChild(el("h3", tier));
+      const row = el("div", null, "charts");
+      const reward = el("div", null, "chart");
+      reward.id = "reward-" + slug(tier);
+      const cumulative = el("div", null, "chart");
+      cumulative.id = "cumulative-" + slug(tier);
+      row.appendChild(reward);
+      row.appendChild(cumulative);
+      panel.appendChild(row);
+      container.appendChild(panel);
+    }
+  }
+
+  function drawTier(tier) {
+    const arms = state.series[tier] || {};
+    const rewardTraces = [];
+    const cumulativeTraces = [];
+    for (const arm of ARMS) {
+      const entry = arms[arm];
+      if (!entry || entry.rows.length === 0) continue;
+      const x = entry.rows.map((r) => r.round);
+      const mean = entry.rows.map((r) => r.mean);
+      rewardTraces.push({
+        x: x, y: entry.rows.map((r) => r.mean - r.std), mode: "lines", line: { width: 0 },
+        hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
+      });
+      rewardTraces.push({
+        x: x, y: entry.rows.map((r) => r.mean + r.std), mode: "lines", line: { width: 0 }, fill: "tonexty",
+        fillcolor: BANDS[arm], hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
+      });
+      rewardTraces.push({
+        x: x, y: mean, mode: x.length < 60 ? "lines+markers" : "lines", name: LABELS[arm], legendgroup: arm, line: { color: COLORS[arm], width: 2 },
+        customdata: entry.rows.map((r) => r.agents),
+        hovertemplate: "round %{x}<br>mean %{y:.3f}<br>agents %{customdata}<extra>" + LABELS[arm] + "</extra>",
+        meta: { arm: arm },
+      });
+      cumulativeTraces.push({
+        x: x, y: entry.rows.map((r) => r.cumulative), mode: x.length < 60 ? "lines+markers" : "lines", name: LABELS[arm],
+        line: { color: COLORS[arm], width: 2 },
+      });
+    }
+    for (const [agent, s] of Object.entries(state.agents)) {
+      if (s.tier !== tier) continue;
+      rewardTraces.push({
+        x: s.round, y: s.reward, mode: "lines", name: agent, line: { width: 1, dash: "dot" }, opacity: 0.8,
+      });
+    }
+    const layout = (title, y) => ({
+      title: { text: title, font: { size: 14 } },
+      margin: { l: 50, r: 10, t: 36, b: 40 },
+      xaxis: { title: { text: "round" } },
+      yaxis: { title: { text: y } },
+      legend: { orientation: "h", y: -0.25 },
+      height: 320,
+    });
+    Plotly.react("reward-" + slug(tier), rewardTraces,
+      layout(tier + ": mean verified reward (band ±1 std across agents)", "reward"), PLOT_CONFIG);
+    Plotly.react("cumulative-" + slug(tier), cumulativeTraces,
+      layout(tier + ": cumulative reward", "sum of per-round means"), PLOT_CONFIG);
+  }
+
+  function drawAll() {
+    ensurePanels();
+    for (const tier of state.tiers) drawTier(tier);
+  }
+
+  // --- tables -------------------------------------------------------------------------------
+  function fillBody(tableId, rows) {
+    const body = document.querySelector("#" + tableId + " tbody");
+    body.replaceChildren(...rows);
+  }
+
+  function renderSummary(summary) {
+    const rows = [];
+    for (const tier of state.tiers) {
+      const s = summary[tier];
+      if (!s) continue;
+      const tr = el("tr");
+      tr.appendChild(el("td", tier));
+      tr.appendChild(el("td", s.horizon));
+      for (const arm of ARMS) {
+        const a = s.arms[arm];
+        const text = a ? fmt(a.cumulative, 2) + (a.agents > 1 ? " [" + fmt(a.low, 2) + ", " + fmt(a.high, 2) + "]" : "") +
+          " (n=" + a.agents + ")" : "no data";
+        tr.appendChild(el("td", text));
+      }
+      tr.appendChild(el("td", pct(s.gain_vs_isolated)));
+      tr.appendChild(el("td", pct(s.gain_vs_filtered)));
+      rows.push(tr);
+    }
+    fillBody("summary", rows);
+  }
+
+  function renderPool(pool) {
+    const dl = document.getElementById("pool");
+    const items = [
+      ["Rollouts shared", pool.shared],
+      ["In the sampling window", pool.size + " of the last " + pool.window],
+      ["Zero-advantage share (window)", pool.zero_advantage_share === null ? "–" : fmt(pool.zero_advantage_share * 100, 1) + " %"],
+      ["External share of trained rollouts (latest)", pool.external_share === null ? "–" : fmt(pool.external_share * 100, 1) + " %"],
+    ];
+    const nodes = [];
+    for (const [k, v] of items) {
+      nodes.push(el("dt", k));
+      nodes.push(el("dd", v));
+    }
+    dl.replaceChildren(...nodes);
+    const s = pool.series;
+    const mode = s.round.length < 60 ? "lines+markers" : "lines";
+    Plotly.react("pool-chart", [
+      { x: s.round, y: s.zero_advantage, mode: mode, name: "zero-advantage groups (swarm, generated)" },
+      { x: s.round, y: s.external, mode: mode, name: "external rollouts in trained batch" },
+    ], {
+      margin: { l: 40, r: 10, t: 10, b: 40 }, height: 220, yaxis: { range: [0, 1], tickformat: ".0%" },
+      xaxis: { title: { text: "round" } }, legend: { orientation: "h", y: -0.35 },
+    }, PLOT_CONFIG);
+  }
+
+  function renderControls(controls) {
+    fillBody("controls", controls.map((c) => {
+      const tr = el("tr");
+      tr.appendChild(el("td", c.tier));
+      tr.appendChild(el("td", c.arm));
+      tr.appendChild(el("td", c.seed));
+      tr.appendChild(el("td", c.state, "state state-" + c.state));
+      const progress = el("td");
+      const bar = el("progress");
+      bar.max = c.rounds;
+      bar.value = c.round;
+      progress.appendChild(bar);
+      progress.appendChild(el("span", " " + c.round + " / " + c.rounds));
+      tr.appendChild(progress);
+      tr.appendChild(el("td", c.attempts + (c.resumed_from !== null ? " (resumed at " + c.resumed_from + ")" : "")));
+      tr.appendChild(el("td", c.error, "error"));
+      return tr;
+    }));
+  }
+
+  function renderWorkers(workers, counts) {
+    fillBody("workers", workers.map((w) => {
+      const tr = el("tr");
+      tr.dataset.agent = w.agent;
+      tr.appendChild(el("td", w.node.slice(0, 12)));
+      tr.appendChild(el("td", w.state + (w.connected ? "" : " (disconnected)"), "state state-" + w.state));
+      tr.appendChild(el("td", w.tier));
+      tr.appendChild(el("td", w.hardware));
+      tr.appendChild(el("td", w.backend));
+      tr.appendChild(el("td", w.round));
+      tr.appendChild(el("td", fmt(w.reward)));
+      tr.appendChild(el("td", w.rejected));
+      return tr;
+    }));
+    const parts = Object.entries(counts).map(([k, v]) => v + " " + k);
+    document.getElementById("worker-counts").textContent = parts.length ? "(" + parts.join(", ") + ")" : "";
+  }
+
+  function renderState(campaignState, reason) {
+    const badge = document.getElementById("state");
+    badge.textContent = campaignState;
+    badge.className = "state state-" + campaignState;
+    const failure = document.getElementById("failure");
+    failure.hidden = campaignState !== "failed";
+    if (reason) document.getElementById("failure-reason").textContent = reason;
+    const allowed = {
+      launch: ["pending"], pause: ["running"], resume: ["paused"], stop: ["pending", "running", "paused"],
+    };
+    document.querySelectorAll("#actions form[data-action]").forEach((form) => {
+      form.hidden = !allowed[form.dataset.action].includes(campaignState);
+    });
+  }
+
+  function syncAgentOptions(t) {
+    // Workers that joined after the page loaded become selectable too.
+    const select = document.getElementById("agent-select");
+    const known = new Set(Array.from(select.options).map((o) => o.value));
+    const add = (agent, label) => {
+      if (known.has(agent)) return;
+      const option = el("option", label);
+      option.value = agent;
+      select.appendChild(option);
+      known.add(agent);
+    };
+    t.workers.forEach((w) => add(w.agent, "worker " + w.node.slice(0, 10) + " (" + w.tier + ")"));
+    t.controls.forEach((c) => add(c.agent, c.arm + " " + c.tier + " seed " + c.seed));
+  }
+
+  function renderTables(t) {
+    state.tiers = t.campaign.tiers;
+    syncAgentOptions(t);
+    renderState(t.campaign.state, t.campaign.failure_reason);
+    renderSummary(t.summary);
+    renderPool(t.pool);
+    renderControls(t.controls);
+    renderWorkers(t.workers, t.worker_counts);
+  }
+
+  // --- loading and the socket ---------------------------------------------------------------
+  async function load() {
+    const response = await fetch(config.dashboard, { headers: { Accept: "application/json" } });
+    const data = await response.json();
+    state.maxPoints = data.max_points;
+    state.tiers = data.campaign.tiers;
+    setSeries(data.series, data.step);
+    renderTables(data);
+    drawAll();
+    document.getElementById("status-line").textContent =
+      "Live. " + (data.step > 1 ? "Long run: one point per " + data.step + " rounds. " : "") +
+      (data.backlog ? data.backlog + " older reports are being aggregated in the background; reload in a minute. " : "") +
+      "Loaded in " + data.server_ms + " ms on the server.";
+    state.ready = true;
+  }
+
+  function tooManyPoints() {
+    return Object.values(state.series).some((arms) =>
+      Object.values(arms).some((e) => e.rows.length > state.maxPoints * 1.2));
+  }
+
+  function onPoints(message) {
+    const touched = new Set();
+    for (const p of message.points) {
+      if (upsertPoint(p)) touched.add(p.tier);
+      state.pointsReceived += 1;
+      state.lastPoint = p;
+    }
+    for (const a of message.agents) {
+      const s = state.agents[a.agent];
+      if (!s) continue;
+      s.round.push(a.round);
+      s.reward.push(a.reward);
+      touched.add(s.tier);
+    }
+    state.lastPointAt = Date.now();
+    if (state.firstPointAt === null && message.points.length) state.firstPointAt = state.lastPointAt;
+    if (tooManyPoints()) return load(); // let the server downsample again
+    for (const tier of touched) {
+      if (!state.tiers.includes(tier)) state.tiers.push(tier);
+    }
+    ensurePanels();
+    touched.forEach(drawTier);
+  }
+
+  let socket = null;
+  let retry = 0;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + config.socket);
+    socket.onopen = () => {
+      state.socketOpen = true;
+      if (retry > 0) load(); // catch up on what was missed while disconnected
+      retry = 0;
+      sendWatch();
+    };
+    socket.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      if (message.type === "points") onPoints(message);
+      else if (message.type === "tables") renderTables(message);
+      else if (message.type === "state") renderState(message.state, message.reason);
+    };
+    socket.onclose = () => {
+      state.socketOpen = false;
+      retry += 1;
+      setTimeout(connect, Math.min(30000, 500 * 2 ** Math.min(retry, 6)));
+    };
+  }
+
+  function sendWatch() {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "watch", agents: Object.keys(state.agents) }));
+    }
+  }
+
+  async function selectAgents() {
+    const picked = Array.from(document.getElementById("agent-select").selectedOptions).map((o) => o.value).slice(0, 8);
+    const next = {};
+    for (const agent of picked) {
+      if (state.agents[agent]) {
+        next[agent] = state.agents[agent];
+        continue;
+      }
+      const response = await fetch(config.agent + "?agent=" + encodeURIComponent(agent));
+      const s = await response.json();
+      next[agent] = { tier: s.tier, round: s.round, reward: s.reward };
+    }
+    state.agents = next;
+    sendWatch();
+    drawAll();
+  }
+
+  document.getElementById("agent-select").addEventListener("change", selectAgents);
+  load().then(connect, (error) => {
+    document.getElementById("status-line").textContent = "Could not load the dashboard: " + error;
+    connect();
+  });
+})();

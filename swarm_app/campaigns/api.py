@@ -1,0 +1,197 @@
+"""Read-only JSON/CSV endpoints: the dashboard's first load, one agent's curve, the status
+counts, and the per-round metrics export (documented in docs/web.md).
+
+The export streams: rows are read in id order, 2,000 at a time, through an async iterator, so
+a two-million-row campaign is never held in memory (under ASGI, Django buffers whole sync
+iterators; an async one is sent as it is produced).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+
+from swarm_app.campaigns import dashboard
+from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.views import get_visible, visible_campaigns
+
+PAGE = 2000
+FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at"]
+ROUND_FIELDS = [
+    "arm",
+    "tier",
+    "round",
+    "agents",
+    "reward_mean",
+    "reward_std",
+    "reward_min",
+    "reward_max",
+    "zero_std_share",
+    "local_used",
+    "external_used",
+]
+
+
+@require_GET
+def dashboard_json(request: HttpRequest, pk: int) -> JsonResponse:
+    campaign = get_visible(request, pk)
+    return JsonResponse(dashboard.dashboard_payload(campaign))
+
+
+@require_GET
+def agent_json(request: HttpRequest, pk: int) -> JsonResponse:
+    campaign = get_visible(request, pk)
+    agent = request.GET.get("agent", "")
+    if not agent or len(agent) > 80:
+        return JsonResponse({"error": "give ?agent=node:<id> or control:<id>"}, status=400)
+    return JsonResponse(dashboard.agent_series(campaign, agent))
+
+
+@require_GET
+def status_json(request: HttpRequest) -> JsonResponse:
+    rows, totals = dashboard.status_rows(list(visible_campaigns(request.user)[:200]))
+    return JsonResponse({"campaigns": rows, "totals": totals})
+
+
+# --- export --------------------------------------------------------------------------------------
+
+
+def _filters(request: HttpRequest) -> dict[str, Any]:
+    """Optional filters: arm, tier, agent, from_round, to_round (inclusive)."""
+    filters: dict[str, Any] = {}
+    for key in ("arm", "tier", "agent"):
+        if request.GET.get(key):
+            filters[key] = request.GET[key]
+    for key, lookup in (("from_round", "round__gte"), ("to_round", "round__lte")):
+        if request.GET.get(key):
+            filters[lookup] = int(request.GET[key])
+    return filters
+
+
+def _metric_keys(rows) -> list[str]:
+    """CSV columns for the metrics: the keys of the first and last 500 rows (one engine writes
+    them all, so this is every key; the JSON export carries each row's own keys anyway)."""
+    keys: set[str] = set()
+    for metrics in [
+        *rows.order_by("pk").values_list("metrics", flat=True)[:500],
+        *rows.order_by("-pk").values_list("metrics", flat=True)[:500],
+    ]:
+        keys.update(metrics)
+    return sorted(keys)
+
+
+async def _pages(fetch: Callable[[int], list[tuple]]) -> AsyncIterator[list[tuple]]:
+    """Keyset pagination by id; each page is fetched in a worker thread."""
+    last = 0
+    while True:
+        page = await sync_to_async(fetch)(last)
+        if not page:
+            return
+        yield page
+        last = page[-1][0]
+
+
+def _agent_fetch(campaign: Campaign, filters: dict[str, Any]) -> Callable[[int], list[tuple]]:
+    rows = RoundMetrics.objects.filter(campaign=campaign, **filters)
+
+    def fetch(after: int) -> list[tuple]:
+        return list(
+            rows.filter(pk__gt=after)
+            .order_by("pk")
+            .values_list("pk", "arm", "tier", "agent", "round", "reward", "created_at", "metrics")[:PAGE]
+        )
+
+    return fetch
+
+
+async def _agent_csv(campaign: Campaign, fetch, keys: list[str]) -> AsyncIterator[str]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    # "reward" is the verified reward; the agent's own report of it becomes "metrics/reward".
+    writer.writerow(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys])
+    async for page in _pages(fetch):
+        for _pk, arm, tier, agent, number, reward, created, metrics in page:
+            writer.writerow(
+                [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
+                + [metrics.get(key, "") for key in keys]
+            )
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    yield buffer.getvalue()
+
+
+async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
+    yield json.dumps({"campaign": campaign.pk, "name": campaign.name, "level": "agent"})[:-1] + ', "rows": ['
+    first = True
+    async for page in _pages(fetch):
+        parts = []
+        for _pk, arm, tier, agent, number, reward, created, metrics in page:
+            row = {
+                "arm": arm,
+                "tier": tier,
+                "agent": agent,
+                "round": number,
+                "reward": reward,
+                "created_at": created.isoformat(),
+                "metrics": metrics,
+            }
+            parts.append(("" if first else ",") + json.dumps(row))
+            first = False
+        yield "".join(parts)
+    yield "]}"
+
+
+def _round_rows(campaign: Campaign, filters: dict[str, Any]) -> list[tuple]:
+    filters = {key: value for key, value in filters.items() if key != "agent"}
+    return list(
+        RoundAggregate.objects.filter(campaign=campaign, **filters)
+        .order_by("tier", "arm", "round")
+        .values_list(*ROUND_FIELDS)
+    )
+
+
+@require_GET
+def metrics_export(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET /api/campaigns/<id>/metrics?format=csv|json[&level=agent|round][&arm=&tier=&agent=
+    &from_round=&to_round=]: one row per agent and round (default), or per arm, tier and round."""
+    campaign = get_visible(request, pk)
+    fmt = request.GET.get("format", "json")
+    level = request.GET.get("level", "agent")
+    if fmt not in ("csv", "json") or level not in ("agent", "round"):
+        return HttpResponseBadRequest("format must be csv or json; level must be agent or round\n")
+    try:
+        filters = _filters(request)
+    except ValueError:
+        return HttpResponseBadRequest("from_round and to_round must be integers\n")
+    filename = f"campaign-{campaign.pk}-metrics{'-rounds' if level == 'round' else ''}.{fmt}"
+    if level == "round":
+        dashboard.refresh_rollups(rebuild=False)
+        rows = _round_rows(campaign, filters)
+        if fmt == "json":
+            body = {"campaign": campaign.pk, "name": campaign.name, "level": "round"}
+            body["rows"] = [dict(zip(ROUND_FIELDS, row, strict=True)) for row in rows]
+            response: HttpResponse = JsonResponse(body)
+        else:
+            buffer = io.StringIO()
+            writer = csv.writer(buffer)
+            writer.writerow(["campaign", *ROUND_FIELDS])
+            writer.writerows([campaign.pk, *row] for row in rows)
+            response = HttpResponse(buffer.getvalue(), content_type="text/csv")
+    else:
+        fetch = _agent_fetch(campaign, filters)
+        if fmt == "csv":
+            keys = _metric_keys(RoundMetrics.objects.filter(campaign=campaign, **filters))
+            content = _agent_csv(campaign, fetch, keys)
+            response = StreamingHttpResponse(content, content_type="text/csv")
+        else:
+            response = StreamingHttpResponse(_agent_json(campaign, fetch), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

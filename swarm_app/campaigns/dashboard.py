@@ -1,0 +1,503 @@
+"""What the campaign page shows, computed on the server from the rollups (rollups.py).
+
+The browser gets per-round aggregates (at most MAX_POINTS per series), tables and a summary;
+never raw rollouts, and never one row per agent and round except for the few agents a viewer
+selects. Definitions (also in docs/web.md and on the page):
+
+* **reward**: the coordinator's verified mean reward of an agent's own completions in a
+  round (RoundMetrics.reward), never a worker's claim.
+* **per-round mean**: the mean over agents of one arm and tier that reported that round:
+  workers for the swarm, seeds for the controls. **Band**: mean ± 1 standard deviation across
+  those agents (population std).
+* **cumulative reward** (the SAPO paper's measure): the sum over rounds of the per-round mean.
+* **summary**: per tier, cumulative reward of each arm over the first H rounds, H being the
+  rounds every arm of the tier has reached, with a 95% percentile bootstrap interval over
+  agents (workers for the swarm, seeds for the controls; 2,000 resamples, seed 0) of
+  H x the mean over agents of each agent's mean reward per round (rounds up to H, to the
+  nearest BLOCK_ROUNDS-round block); the gain over isolated and over filtered isolated, in %.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from django.db.models import Avg, Count, Q
+
+from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.rollups import BLOCK_ROUNDS, refresh_rollups
+
+MAX_POINTS = 500
+BOOTSTRAP_RESAMPLES = 2000
+ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED)
+BAND = "mean ± 1 std across agents (workers for the swarm, seeds for the controls)"
+GIB = 1024**3
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def bootstrap_interval(
+    values: Sequence[float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean of ``values`` (None without values).
+
+    Seeded, so a page shows the same interval on every load for the same data.
+    """
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return None
+    if data.size == 1:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def gain_percent(value: float | None, baseline: float | None) -> float | None:
+    """(value - baseline) / baseline in percent; None when undefined."""
+    if value is None or baseline is None or baseline == 0:
+        return None
+    return (value - baseline) / abs(baseline) * 100
+
+
+def downsample_step(rounds: int, max_points: int = MAX_POINTS) -> int:
+    """Rounds per chart point so that ``rounds`` rounds give at most ``max_points`` points."""
+    return max(1, math.ceil(rounds / max_points))
+
+
+# --- series ------------------------------------------------------------------------------------
+
+
+def _series(rows: list[tuple], step: int) -> dict[str, list]:
+    """Per-round aggregates of one (tier, arm), bucketed by ``step`` rounds.
+
+    A bucket's mean and std are agent-weighted means of its rounds'; its cumulative value is
+    the running sum of per-round means up to the bucket's last round (computed at full
+    resolution, then sampled). The x value is the bucket's last round.
+    """
+    out: dict[str, list] = {"round": [], "mean": [], "std": [], "agents": [], "cumulative": []}
+    cumulative = 0.0
+    bucket: list[tuple] = []
+    for index, row in enumerate(rows):
+        cumulative += row[2]
+        bucket.append((*row, cumulative))
+        last = index == len(rows) - 1
+        if last or rows[index + 1][0] // step != row[0] // step:
+            weight = sum(item[1] for item in bucket)
+            out["round"].append(bucket[-1][0])
+            out["mean"].append(sum(item[1] * item[2] for item in bucket) / weight)
+            out["std"].append(sum(item[1] * item[3] for item in bucket) / weight)
+            out["agents"].append(round(weight / len(bucket), 2))
+            out["cumulative"].append(bucket[-1][-1])
+            bucket = []
+    return out
+
+
+def _load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
+    """{(tier, arm): [(round, agents, mean, std, zero_std, local_used, external_used)]} by round."""
+    rows = (
+        RoundAggregate.objects.filter(campaign=campaign)
+        .order_by("tier", "arm", "round")
+        .values_list(
+            "tier",
+            "arm",
+            "round",
+            "agents",
+            "reward_mean",
+            "reward_std",
+            "zero_std_share",
+            "local_used",
+            "external_used",
+        )
+    )
+    grouped: dict[tuple[str, str], list[tuple]] = defaultdict(list)
+    for tier, arm, *rest in rows:
+        grouped[(tier, arm)].append(tuple(rest))
+    return grouped
+
+
+def tiers_of(campaign: Campaign, grouped: dict[tuple[str, str], list] | None = None) -> list[str]:
+    tiers = list(campaign.config.get("tiers", []))
+    for tier, _ in grouped or {}:
+        if tier not in tiers:
+            tiers.append(tier)
+    return tiers
+
+
+def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINTS) -> tuple[dict, int]:
+    """{tier: {arm: series}} and the common downsampling step (so arms share x values)."""
+    longest = max((rows[-1][0] + 1 for rows in grouped.values() if rows), default=0)
+    step = downsample_step(longest, max_points)
+    series: dict[str, dict[str, Any]] = {tier: {} for tier in tiers_of(campaign, grouped)}
+    for (tier, arm), rows in grouped.items():
+        series[tier][arm] = _series([(r[0], r[1], r[2], r[3]) for r in rows], step)
+    return series, step
+
+
+# --- summary -----------------------------------------------------------------------------------
+
+
+def _agent_means(campaign: Campaign, horizon: dict[str, int]) -> dict[tuple[str, str], list[float]]:
+    """{(tier, arm): [each agent's mean reward per round over blocks starting before H]}."""
+    sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    blocks = AgentBlock.objects.filter(campaign=campaign).values_list(
+        "tier", "arm", "agent", "block", "rounds", "reward_sum"
+    )
+    for tier, arm, agent, block, rounds, reward_sum in blocks.iterator(chunk_size=5000):
+        if block * BLOCK_ROUNDS < horizon.get(tier, 0):
+            entry = sums[(tier, arm, agent)]
+            entry[0] += reward_sum
+            entry[1] += rounds
+    means: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (tier, arm, _agent), (total, rounds) in sums.items():
+        if rounds:
+            means[(tier, arm)].append(total / rounds)
+    return means
+
+
+def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
+    """Per tier: cumulative reward per arm over the common horizon, intervals, gains."""
+    reached: dict[str, dict[str, int]] = defaultdict(dict)
+    for (tier, arm), rows in grouped.items():
+        if rows:
+            reached[tier][arm] = rows[-1][0] + 1
+    horizon = {tier: min(arms.values()) for tier, arms in reached.items()}
+    agent_means = _agent_means(campaign, horizon)
+    result: dict[str, Any] = {}
+    for tier in tiers_of(campaign, grouped):
+        h = horizon.get(tier, 0)
+        arms: dict[str, Any] = {}
+        for arm in ARMS:
+            rows = grouped.get((tier, arm), [])
+            if not rows:
+                arms[arm] = None
+                continue
+            cumulative = sum(r[2] for r in rows if r[0] < h)
+            values = agent_means.get((tier, arm), [])
+            interval = bootstrap_interval(values)
+            arms[arm] = {
+                "cumulative": cumulative,
+                "low": interval[0] * h if interval else None,
+                "high": interval[1] * h if interval else None,
+                "agents": len(values),
+                "reached": reached[tier].get(arm, 0),
+            }
+
+        def cum(arm: str, arms: dict[str, Any] = arms) -> float | None:
+            return arms[arm]["cumulative"] if arms.get(arm) else None
+
+        result[tier] = {
+            "horizon": h,
+            "arms": arms,
+            "gain_vs_isolated": gain_percent(cum(Arm.SWARM), cum(Arm.ISOLATED)),
+            "gain_vs_filtered": gain_percent(cum(Arm.SWARM), cum(Arm.FILTERED)),
+        }
+    return result
+
+
+# --- pool, workers, controls -----------------------------------------------------------------
+
+
+def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
+    """The pool now (its sampling window) and, per round, the swarm's share of zero-advantage
+    groups and of external rollouts in what it actually trained on."""
+    from swarm_app.coordinator.models import PoolRollout
+
+    window = int(campaign.config.get("pool_window", 256))
+    sequence = campaign.rollout_sequence
+    current = PoolRollout.objects.filter(
+        campaign=campaign, sequence__gt=sequence - window, in_pool=True
+    ).aggregate(size=Count("id"), zero=Count("id", filter=Q(zero_advantage=True)))
+    per_round: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for (_tier, arm), rows in grouped.items():
+        if arm != Arm.SWARM:
+            continue
+        for number, agents, _mean, _std, zero, local_used, external_used in rows:
+            entry = per_round[number]
+            if zero is not None:
+                entry[0] += zero * agents
+                entry[1] += agents
+            if local_used is not None and external_used is not None:
+                entry[2] += external_used * agents
+                entry[3] += (local_used + external_used) * agents
+    buckets: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, -1])
+    for number, entry in per_round.items():
+        bucket = buckets[number // step]
+        for i in range(4):
+            bucket[i] += entry[i]
+        bucket[4] = max(bucket[4], number)
+    series: dict[str, list] = {"round": [], "zero_advantage": [], "external": []}
+    for key in sorted(buckets):
+        zero_sum, zero_w, external, used, last = buckets[key]
+        series["round"].append(int(last))
+        series["zero_advantage"].append(zero_sum / zero_w if zero_w else None)
+        series["external"].append(external / used if used else None)
+    return {
+        "shared": sequence,
+        "window": window,
+        "size": current["size"],
+        "zero_advantage_share": current["zero"] / current["size"] if current["size"] else None,
+        "external_share": next((v for v in reversed(series["external"]) if v is not None), None),
+        "series": series,
+    }
+
+
+def hardware_label(hardware: dict[str, Any]) -> str:
+    device = hardware.get("device", "?")
+    name = hardware.get("device_name", "")
+    if hardware.get("vram_bytes"):
+        return f"{device} {name} · {hardware['vram_bytes'] / GIB:.0f} GiB".strip()
+    ram = hardware.get("ram_bytes")
+    return f"{device} {name}".strip() + (f" · {ram / GIB:.0f} GiB RAM" if ram else "")
+
+
+def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    from swarm_app.coordinator.models import WorkerNode
+
+    nodes = WorkerNode.objects.filter(campaign=campaign).order_by("-round", "node_id")
+    if node_ids is not None:
+        nodes = nodes.filter(node_id__in=list(node_ids))
+    return [
+        {
+            "agent": f"node:{n.node_id}",
+            "node": n.node_id,
+            "state": n.state,
+            "connected": n.connected,
+            "tier": n.tier,
+            "hardware": hardware_label(n.hardware or {}),
+            "backend": n.backend,
+            "round": n.round,
+            "reward": n.last_reward,
+            "rejected": n.rejected_submissions,
+        }
+        for n in nodes.only(
+            "node_id",
+            "state",
+            "connected",
+            "tier",
+            "hardware",
+            "backend",
+            "round",
+            "last_reward",
+            "rejected_submissions",
+        )
+    ]
+
+
+def worker_counts(campaign: Campaign) -> dict[str, int]:
+    from swarm_app.coordinator.models import WorkerNode
+
+    counts = dict(
+        WorkerNode.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by()
+    )
+    counts["connected"] = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
+    return counts
+
+
+def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
+    rounds = int(campaign.config.get("rounds", 0))
+    return [
+        {
+            "id": run.pk,
+            "agent": f"control:{run.pk}",
+            "tier": run.tier,
+            "arm": run.arm,
+            "seed": run.seed,
+            "state": run.state,
+            "round": run.round,
+            "rounds": rounds,
+            "attempts": run.attempts,
+            "resumed_from": run.resumed_from,
+            "error": run.error.strip().splitlines()[-1] if run.error.strip() else "",
+            "updated_at": run.updated_at.isoformat(),
+        }
+        for run in ControlRun.objects.filter(campaign=campaign).order_by("tier", "arm", "seed")
+    ]
+
+
+def campaign_info(campaign: Campaign) -> dict[str, Any]:
+    return {
+        "id": campaign.pk,
+        "name": campaign.name,
+        "state": campaign.state,
+        "failure_reason": campaign.failure_reason,
+        "rounds": int(campaign.config.get("rounds", 0)),
+        "tiers": tiers_of(campaign),
+        "public": campaign.public,
+        "started_at": campaign.started_at.isoformat() if campaign.started_at else None,
+        "finished_at": campaign.finished_at.isoformat() if campaign.finished_at else None,
+    }
+
+
+# --- what the page and the socket send -------------------------------------------------------
+
+
+def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = None) -> dict[str, Any]:
+    """The slowly changing part: summary, pool, workers, controls (pushed every few seconds)."""
+    grouped = _load_aggregates(campaign) if grouped is None else grouped
+    if step is None:
+        _, step = reward_series(campaign, grouped)
+    return {
+        "campaign": campaign_info(campaign),
+        "summary": summary(campaign, grouped),
+        "pool": pool_stats(campaign, grouped, step),
+        "workers": worker_rows(campaign),
+        "worker_counts": worker_counts(campaign),
+        "controls": control_rows(campaign),
+    }
+
+
+_tables_cache: dict[int, tuple[float, dict[str, Any]]] = {}
+_tables_lock = threading.Lock()
+
+
+def cached_tables(campaign_id: int, ttl: float = 2.0) -> dict[str, Any]:
+    """:func:`tables` shared for ``ttl`` seconds by every viewer this process serves (the
+    summary's bootstrap and the workers table are the costly part of a push)."""
+    now = time.monotonic()
+    campaign = Campaign.objects.get(pk=campaign_id)
+    with _tables_lock:
+        hit = _tables_cache.get(campaign_id)
+    if hit is not None and now - hit[0] < ttl:
+        # The campaign's state is always read fresh: a cached one could undo a pushed pause.
+        return {**hit[1], "campaign": campaign_info(campaign)}
+    value = tables(campaign)
+    with _tables_lock:
+        _tables_cache[campaign_id] = (now, value)
+        for key in [k for k, (at, _) in _tables_cache.items() if now - at > 60]:
+            del _tables_cache[key]
+    return value
+
+
+def dashboard_payload(
+    campaign: Campaign, refresh: bool = True, max_points: int = MAX_POINTS
+) -> dict[str, Any]:
+    """Everything the campaign page loads first (GET /api/campaigns/<id>/dashboard)."""
+    started = time.perf_counter()
+    refreshed = refresh_rollups(rebuild=False) if refresh else {}
+    campaign.refresh_from_db()
+    grouped = _load_aggregates(campaign)
+    series, step = reward_series(campaign, grouped, max_points)
+    payload = {
+        "band": BAND,
+        "step": step,
+        "max_points": max_points,
+        "series": series,
+        "backlog": refreshed.get("backlog", 0),
+        **tables(campaign, grouped, step),
+    }
+    payload["server_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return payload
+
+
+def points(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Current aggregates of the touched (tier, arm, round) keys: the live increments."""
+    if not keys:
+        return []
+    rounds = {key[2] for key in keys}
+    rows = RoundAggregate.objects.filter(campaign_id=campaign_id, round__in=rounds).values_list(
+        "tier", "arm", "round", "agents", "reward_mean", "reward_std"
+    )
+    return [
+        {"tier": tier, "arm": arm, "round": number, "agents": agents, "mean": mean, "std": std}
+        for tier, arm, number, agents, mean, std in rows
+        if (tier, arm, number) in keys
+    ]
+
+
+def agent_series(campaign: Campaign, agent: str, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """One agent's verified reward per round (downsampled), for a viewer's selected curve."""
+    rows = list(
+        RoundMetrics.objects.filter(campaign=campaign, agent=agent)
+        .order_by("round")
+        .values_list("round", "reward", "arm", "tier")
+    )
+    if not rows:
+        return {"agent": agent, "round": [], "reward": [], "arm": None, "tier": None}
+    step = downsample_step(rows[-1][0] + 1, max_points)
+    out: dict[str, Any] = {"agent": agent, "round": [], "reward": [], "arm": rows[-1][2], "tier": rows[-1][3]}
+    bucket: list[float] = []
+    for index, (number, reward, _arm, _tier) in enumerate(rows):
+        bucket.append(reward)
+        if index == len(rows) - 1 or rows[index + 1][0] // step != number // step:
+            out["round"].append(number)
+            out["reward"].append(sum(bucket) / len(bucket))
+            bucket = []
+    out["step"] = step
+    return out
+
+
+def agent_choices(campaign: Campaign, limit: int = 2000) -> list[dict[str, str]]:
+    """Agents a viewer can pick a curve for: workers and control runs."""
+    from swarm_app.coordinator.models import WorkerNode
+
+    nodes = WorkerNode.objects.filter(campaign=campaign).order_by("node_id").values_list("node_id", "tier")
+    runs = ControlRun.objects.filter(campaign=campaign).order_by("tier", "arm", "seed")
+    choices = [
+        {"agent": f"node:{node}", "label": f"worker {node[:10]} ({tier})"} for node, tier in nodes[:limit]
+    ]
+    choices += [
+        {"agent": f"control:{run.pk}", "label": f"{run.arm} {run.tier} seed {run.seed}"} for run in runs
+    ]
+    return choices
+
+
+def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The status page: per campaign live worker counts and progress, and totals."""
+    from swarm_app.coordinator.models import WorkerNode
+
+    ids = [c.pk for c in campaigns]
+    live = dict(
+        WorkerNode.objects.filter(campaign_id__in=ids, connected=True, state=WorkerNode.State.HEALTHY)
+        .values_list("campaign_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    total = dict(
+        WorkerNode.objects.filter(campaign_id__in=ids)
+        .values_list("campaign_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    progress = dict(
+        WorkerNode.objects.filter(campaign_id__in=ids)
+        .values_list("campaign_id")
+        .annotate(r=Avg("round"))
+        .order_by()
+    )
+    rows = []
+    for c in campaigns:
+        rows.append(
+            {
+                "id": c.pk,
+                "name": c.name,
+                "state": c.state,
+                "public": c.public,
+                "tiers": c.config.get("tiers", []),
+                "rounds": c.config.get("rounds", 0),
+                "live_workers": live.get(c.pk, 0),
+                "workers": total.get(c.pk, 0),
+                "mean_round": round(progress.get(c.pk) or 0, 1),
+                "shared_rollouts": c.rollout_sequence,
+                "url": c.get_absolute_url(),
+            }
+        )
+    totals = {
+        "campaigns": len(rows),
+        "running": sum(1 for r in rows if r["state"] == Campaign.State.RUNNING),
+        "live_workers": sum(r["live_workers"] for r in rows),
+        "workers": sum(r["workers"] for r in rows),
+        "shared_rollouts": sum(r["shared_rollouts"] for r in rows),
+    }
+    return rows, totals

@@ -1,0 +1,202 @@
+"""Organizer and viewer pages. Views stay thin: the work is in lifecycle.py and dashboard.py.
+
+Permissions: anyone may read public campaigns; staff read everything and are the only ones
+who write (create, launch, pause, resume, stop, tokens). Anonymous writers are sent to the
+login page; logged-in non-staff users get 403. Every write is a POST behind Django's CSRF
+middleware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from swarm_app.campaigns import dashboard, lifecycle
+from swarm_app.campaigns.forms import CampaignForm, TokenForm
+from swarm_app.campaigns.models import Campaign
+from worker import __version__
+from worker.campaign import CAMPAIGN_PRESETS
+
+ACTIONS: dict[str, Callable[[Campaign], object]] = {
+    "launch": lifecycle.launch,
+    "pause": lifecycle.pause,
+    "resume": lifecycle.resume,
+    "stop": lifecycle.stop,
+}
+# Which buttons a campaign page shows in each state (the lifecycle enforces it regardless).
+ALLOWED_ACTIONS = {
+    Campaign.State.PENDING: ["launch", "stop"],
+    Campaign.State.RUNNING: ["pause", "stop"],
+    Campaign.State.PAUSED: ["resume", "stop"],
+}
+
+
+def staff_required(view: Callable) -> Callable:
+    """Anonymous: to the login page. Logged in without staff status: 403."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not request.user.is_staff:
+            raise PermissionDenied("organizer actions need a staff account")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def visible_campaigns(user) -> QuerySet[Campaign]:
+    campaigns = Campaign.objects.all()
+    return campaigns if user.is_staff else campaigns.filter(public=True)
+
+
+def get_visible(request: HttpRequest, pk: int) -> Campaign:
+    """The campaign if this user may see it; 404 otherwise (private ones do not leak)."""
+    return get_object_or_404(visible_campaigns(request.user), pk=pk)
+
+
+def status(request: HttpRequest) -> HttpResponse:
+    """The home page: campaigns, live worker counts and totals."""
+    rows, totals = dashboard.status_rows(list(visible_campaigns(request.user)[:200]))
+    return render(
+        request,
+        "core/home.html",
+        {"version": __version__, "embedded": settings.EMBEDDED, "rows": rows, "totals": totals},
+    )
+
+
+def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    campaign = get_visible(request, pk)
+    return render(
+        request,
+        "campaigns/detail.html",
+        {
+            "campaign": campaign,
+            "config": campaign.config,
+            "is_staff": request.user.is_staff,
+            "actions": list(ACTIONS),
+            "allowed_actions": ALLOWED_ACTIONS.get(campaign.state, []),
+            "band": dashboard.BAND,
+            "agents": dashboard.agent_choices(campaign),
+            "page_config": {
+                "id": campaign.pk,
+                "dashboard": reverse("api-dashboard", args=[campaign.pk]),
+                "agent": reverse("api-agent", args=[campaign.pk]),
+                "socket": f"/ws/campaigns/{campaign.pk}/",
+                "staff": request.user.is_staff,
+            },
+        },
+    )
+
+
+@staff_required
+def campaign_new(request: HttpRequest) -> HttpResponse:
+    allow_local = lifecycle.local_workers_allowed()
+    if request.method == "POST":
+        form = CampaignForm(request.POST, allow_local_workers=allow_local)
+        if form.is_valid() and form.config is not None:
+            campaign = create_campaign(request, form)
+            return redirect(campaign)
+    else:
+        preset = request.GET.get("preset", "")
+        overrides = {
+            key: int(request.GET[key])
+            for key in ("num_local", "num_external")
+            if request.GET.get(key, "").isdigit()
+        }
+        form = CampaignForm(
+            initial=CampaignForm.initial_for(preset if preset in CAMPAIGN_PRESETS else "", **overrides),
+            allow_local_workers=allow_local,
+        )
+    return render(
+        request,
+        "campaigns/new.html",
+        {"form": form, "presets": list(CAMPAIGN_PRESETS), "allow_local": allow_local},
+    )
+
+
+def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:
+    """Store the campaign; launch it and start local workers if the form asked to."""
+    from swarm_app.coordinator.tokens import create_token
+
+    data = form.cleaned_data
+    with transaction.atomic():
+        campaign = Campaign.objects.create(
+            name=data["name"], config=form.config.to_json(), public=data["public"], created_by=request.user
+        )
+        if data["launch_now"]:
+            lifecycle.launch(campaign)
+    messages.success(request, f"Campaign {campaign.name!r} created ({campaign.state}).")
+    local = data.get("local_workers") or 0
+    if local:
+        _, secret = create_token(campaign, f"local workers ({local})")
+        lifecycle.start_local_workers(campaign, local, request.build_absolute_uri("/"), secret)
+        messages.info(request, f"Started {local} local worker(s); their logs are in the data directory.")
+    return campaign
+
+
+@require_POST
+@staff_required
+def campaign_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    campaign = get_object_or_404(Campaign, pk=pk)
+    try:
+        ACTIONS[action](campaign)
+    except lifecycle.LifecycleError as error:
+        messages.error(request, str(error))
+    else:
+        campaign.refresh_from_db()
+        messages.success(request, f"Campaign {campaign.name!r} is {campaign.state}.")
+    return redirect(campaign)
+
+
+@staff_required
+def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
+    """List tokens; POST creates one and shows its secret once (it is stored hashed)."""
+    from swarm_app.coordinator.tokens import create_token
+
+    campaign = get_object_or_404(Campaign, pk=pk)
+    secret = None
+    if request.method == "POST":
+        form = TokenForm(request.POST)
+        if form.is_valid():
+            token, secret = create_token(campaign, form.cleaned_data["label"])
+            messages.success(request, f"Token {token.prefix}… created. Copy it now: it is not shown again.")
+            form = TokenForm()
+    else:
+        form = TokenForm()
+    response = render(
+        request,
+        "campaigns/tokens.html",
+        {
+            "campaign": campaign,
+            "tokens": campaign.tokens.order_by("-created_at"),
+            "form": form,
+            "secret": secret,
+            "join_url": request.build_absolute_uri("/"),
+        },
+    )
+    response["Cache-Control"] = "no-store"  # the page may hold a secret
+    return response
+
+
+@require_POST
+@staff_required
+def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
+    from swarm_app.coordinator.tokens import revoke
+
+    campaign = get_object_or_404(Campaign, pk=pk)
+    token = get_object_or_404(campaign.tokens, pk=token_id)
+    revoke(token)
+    messages.success(request, f"Token {token.prefix}… revoked; workers using it are refused from now on.")
+    return redirect("campaign-tokens", pk=campaign.pk)

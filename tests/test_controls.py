@@ -1,0 +1,246 @@
+"""Isolated controls: the same engine as a node with J = 0, paired arms, checkpoints, the claim
+that keeps two copies of a run apart, and a real Celery worker killed and restarted mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from swarm_app.campaigns import controls, lifecycle
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
+from swarm_app.celery import app as celery_app
+from tests.servers import celery_worker
+from worker.campaign import CampaignConfig, ControlsConfig
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_campaign(rounds: int, state: str = Campaign.State.RUNNING, seeds: int = 1) -> Campaign:
+    """tiny-1m, G = 4, 4 questions, I = J = 2: a control round takes well under a second."""
+    config = CampaignConfig(
+        tiers=["tiny-1m"],
+        group_size=4,
+        questions_per_round=4,
+        num_local=2,
+        num_external=2,
+        rounds=rounds,
+        max_new_tokens=8,
+        controls=ControlsConfig(isolated=True, filtered=True, seeds=seeds),
+    ).validate()
+    return Campaign.objects.create(name="controls", state=state, config=config.to_json())
+
+
+def wait_for(condition, timeout: float, what: str, log=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
+        time.sleep(0.3)
+
+
+@pytest.fixture
+def checkpoints(settings, tmp_path, monkeypatch, tiny_1m_dir):
+    """Checkpoints in this test's directory; models from the shared cache."""
+    settings.DATA_DIR = tmp_path
+    monkeypatch.setenv("SWARM_MODEL_CACHE", str(tiny_1m_dir.parent))
+    return tmp_path / "checkpoints" / "controls"
+
+
+# --- the claim ----------------------------------------------------------------------------------
+
+
+def test_a_run_is_claimed_by_one_task_at_a_time(db, settings):
+    settings.CONTROL_STALE_SECONDS = 30
+    campaign = tiny_campaign(3)
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    assert controls.claim(run.pk, "task-a")
+    assert not controls.claim(run.pk, "task-b")  # held
+    assert controls.touch(run.pk, "task-a") and not controls.touch(run.pk, "task-b")
+    ControlRun.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert controls.claim(run.pk, "task-b")  # the holder's lease ran out: taken over
+    assert not controls.touch(run.pk, "task-a")  # the old holder learns it lost the run
+    run.refresh_from_db()
+    assert (run.claimed_by, run.attempts, run.state) == ("task-b", 2, "running")
+    controls.release(run.pk, "task-b", state=ControlRun.State.COMPLETED)
+    assert not controls.claim(run.pk, "task-c")  # finished runs are never claimed again
+    assert controls.run_control(run.pk, "task-c") == "busy"
+    assert controls.run_control(10**9, "task-c") == "missing"  # a task of a deleted campaign
+
+
+def test_stale_runs_are_requeued_and_those_of_ended_campaigns_closed(db, monkeypatch):
+    enqueued = []
+    monkeypatch.setattr(lifecycle, "enqueue_control", lambda run: enqueued.append(run.pk))
+    live = tiny_campaign(3)
+    ended = tiny_campaign(3, state=Campaign.State.STOPPED)
+    old = timezone.now() - timedelta(minutes=5)
+    stale = ControlRun.objects.create(campaign=live, tier="tiny-1m", arm="isolated", seed=0, state="running")
+    fresh = ControlRun.objects.create(campaign=live, tier="tiny-1m", arm="filtered", seed=0, state="running")
+    orphan = ControlRun.objects.create(
+        campaign=ended, tier="tiny-1m", arm="isolated", seed=0, state="running"
+    )
+    ControlRun.objects.filter(pk__in=[stale.pk, orphan.pk]).update(
+        updated_at=old, claimed_by="dead", lease_until=old
+    )
+    assert controls.requeue_stale() == [stale.pk] and enqueued == [stale.pk]
+    stale.refresh_from_db()
+    orphan.refresh_from_db()
+    fresh.refresh_from_db()
+    assert (stale.state, stale.claimed_by) == ("queued", "")
+    assert orphan.state == "stopped" and fresh.state == "running"
+    assert controls.requeue_stale() == []  # re-enqueued once, not on every beat
+
+
+# --- the run, in this process -------------------------------------------------------------------
+
+
+def test_controls_train_paired_arms_checkpoint_and_resume(transactional_db, checkpoints):
+    campaign = tiny_campaign(3)
+    isolated = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    filtered = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="filtered", seed=0)
+    assert controls.run_control(isolated.pk, "owner") == "completed"
+    assert controls.run_control(filtered.pk, "owner") == "completed"
+    rows = {
+        (m.arm, m.round): m
+        for m in RoundMetrics.objects.filter(campaign=campaign).select_related("control_run")
+    }
+    assert sorted(rows) == [(arm, r) for arm in ("filtered", "isolated") for r in range(3)]
+    # Paired: the same questions, weights and generation seeds, so round 0 is identical.
+    assert rows[("isolated", 0)].reward == rows[("filtered", 0)].reward
+    assert (
+        rows[("isolated", 0)].metrics["completions/mean_length"]
+        == rows[("filtered", 0)].metrics["completions/mean_length"]
+    )
+    for (arm, _), row in rows.items():
+        assert row.agent == f"control:{row.control_run_id}" and row.tier == "tiny-1m"
+        assert row.metrics["batch/external_used"] == 0  # J = 0
+        assert row.metrics["batch/local_used"] <= 4  # I + J of the campaign
+        if arm == "isolated":
+            assert row.metrics["batch/local_used"] == 4 and row.metrics["filtered/local"] == 0
+    isolated.refresh_from_db()
+    assert (isolated.state, isolated.round, isolated.claimed_by, isolated.resumed_from) == (
+        "completed",
+        3,
+        "",
+        None,
+    )
+    assert controls.checkpoint_path(isolated).exists()
+    assert controls.checkpoint_path(isolated).is_relative_to(checkpoints)
+    # Two more rounds: the run resumes from its checkpoint at round 3, not from scratch.
+    config = campaign.config | {"rounds": 5}
+    Campaign.objects.filter(pk=campaign.pk).update(config=config)
+    ControlRun.objects.filter(pk=isolated.pk).update(state="queued")
+    assert controls.run_control(isolated.pk, "owner-2") == "completed"
+    isolated.refresh_from_db()
+    assert (isolated.resumed_from, isolated.round, isolated.attempts) == (3, 5, 2)
+    assert RoundMetrics.objects.filter(control_run=isolated).count() == 5
+
+
+def test_a_paused_control_waits_heartbeating_and_a_stopped_one_exits(transactional_db, checkpoints, settings):
+    settings.CONTROL_STALE_SECONDS = 2.0  # heartbeat every 0.5 s
+    campaign = tiny_campaign(50, state=Campaign.State.PAUSED)
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    outcome = []
+
+    def target() -> None:
+        try:
+            outcome.append(controls.run_control(run.pk, "owner"))
+        finally:
+            connection.close()  # this thread's own (Celery's Django fixup does it for tasks)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        wait_for(lambda: ControlRun.objects.get(pk=run.pk).state == "running", 60, "the claim")
+        first = ControlRun.objects.get(pk=run.pk).updated_at
+        time.sleep(2.5)
+        run.refresh_from_db()
+        assert run.updated_at > first  # heartbeating while it waits
+        assert not RoundMetrics.objects.filter(campaign=campaign).exists()  # paused: no rounds
+        Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.RUNNING)
+        wait_for(lambda: RoundMetrics.objects.filter(campaign=campaign).count() >= 2, 60, "two rounds")
+        lifecycle.stop(Campaign.objects.get(pk=campaign.pk))
+        thread.join(timeout=60)
+    finally:
+        Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.STOPPED)
+        thread.join(timeout=60)
+    assert outcome == ["stopped"]
+    run.refresh_from_db()
+    assert run.state == "stopped" and run.claimed_by == "" and 2 <= run.round < 50
+
+
+def test_a_crashing_control_fails_the_campaign_with_its_reason(transactional_db, checkpoints, monkeypatch):
+    campaign = tiny_campaign(3)
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="filtered", seed=0)
+
+    def broken(run, campaign):
+        raise RuntimeError("no model for you")
+
+    monkeypatch.setattr(controls, "build_agent", broken)
+    assert controls.run_control(run.pk, "owner") == "failed"
+    run.refresh_from_db()
+    campaign.refresh_from_db()
+    assert run.state == "failed" and "no model for you" in run.error
+    assert campaign.state == Campaign.State.FAILED
+    assert campaign.failure_reason == "control filtered/tiny-1m/seed 0 failed: RuntimeError: no model for you"
+
+
+# --- on a real Celery worker --------------------------------------------------------------------
+
+
+def test_controls_run_on_celery_and_resume_after_the_worker_is_killed(
+    transactional_db, tiny_1m_dir, tmp_path
+):
+    """Launch a short campaign: both control arms run on a real Celery worker (solo pool: one
+    after the other) and store their metrics. The worker is killed (SIGKILL, no goodbye) in the
+    middle of a run; a new worker's beat finds the stale heartbeat, re-enqueues the run, and it
+    resumes from its checkpoint."""
+    rounds = 8
+    campaign = tiny_campaign(rounds)
+    Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.PENDING)
+    campaign.refresh_from_db()
+    celery_app.control.purge()
+    env = {"SWARM_CONTROL_STALE_SECONDS": "6", "SWARM_MODEL_CACHE": str(tiny_1m_dir.parent)}
+    log = tmp_path / "celery.log"
+    lifecycle.launch(campaign)
+    runs = list(ControlRun.objects.filter(campaign=campaign))
+    assert sorted(r.arm for r in runs) == ["filtered", "isolated"] and all(r.task_id for r in runs)
+
+    def progress() -> dict[int, int]:
+        return dict(ControlRun.objects.filter(campaign=campaign).values_list("pk", "round"))
+
+    with celery_worker(log, beat=True, **env) as worker:
+        wait_for(lambda: max(progress().values()) >= 3, 180, "a control at round 3", log)
+        victim = max(progress().items(), key=lambda item: item[1])[0]
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=10)
+    killed_at = ControlRun.objects.get(pk=victim).round
+    assert ControlRun.objects.get(pk=victim).state == "running"  # nobody said goodbye
+    with celery_worker(tmp_path / "celery-2.log", beat=True, **env):
+        wait_for(
+            lambda: (
+                set(ControlRun.objects.filter(campaign=campaign).values_list("state", flat=True))
+                == {"completed"}
+            ),
+            240,
+            "both controls completed",
+            tmp_path / "celery-2.log",
+        )
+    resumed = ControlRun.objects.get(pk=victim)
+    assert (
+        resumed.attempts >= 2 and resumed.resumed_from is not None and resumed.resumed_from >= killed_at - 1
+    )
+    assert resumed.resumed_from > 0  # from its checkpoint, not from scratch
+    for run in ControlRun.objects.filter(campaign=campaign):
+        assert run.round == rounds
+        assert sorted(RoundMetrics.objects.filter(control_run=run).values_list("round", flat=True)) == list(
+            range(rounds)
+        )
+    assert "re-enqueued" in (tmp_path / "celery-2.log").read_text()

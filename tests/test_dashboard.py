@@ -1,0 +1,399 @@
+"""The dashboard's numbers: rollups equal to the raw aggregates (also after incremental
+refreshes), downsampling, cumulative reward, the bootstrap, gains, the pool panel; and the live
+feed over a real websocket, coalesced, within 2 s of a stored report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import websockets
+from django.db import connection
+from django.db.models import Avg, Count, Max, Min
+
+from swarm_app.campaigns import dashboard, rollups
+from swarm_app.campaigns.metrics import record_control_metrics
+from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from worker.campaign import CampaignConfig
+
+
+def make_campaign(public: bool = True, rounds: int = 100, **config) -> Campaign:
+    cfg = CampaignConfig(tiers=["tiny-1m", "tiny-5m"], rounds=rounds, **config).validate()
+    return Campaign.objects.create(
+        name="dash", state=Campaign.State.RUNNING, public=public, config=cfg.to_json()
+    )
+
+
+def add_rows(campaign: Campaign, arm: str, tier: str, agents: list[str], rounds: range, reward) -> None:
+    RoundMetrics.objects.bulk_create(
+        RoundMetrics(
+            campaign=campaign,
+            arm=arm,
+            tier=tier,
+            agent=agent,
+            round=number,
+            reward=reward(agent, number),
+            metrics={
+                "frac_reward_zero_std": 0.25,
+                "batch/local_used": 4.0,
+                "batch/external_used": 4.0 if arm == "swarm" else 0.0,
+            },
+        )
+        for agent in agents
+        for number in rounds
+    )
+
+
+def raw_aggregates(campaign: Campaign) -> dict:
+    rows = (
+        RoundMetrics.objects.filter(campaign=campaign)
+        .values("arm", "tier", "round")
+        .annotate(n=Count("id"), mean=Avg("reward"), low=Min("reward"), high=Max("reward"))
+    )
+    return {(r["arm"], r["tier"], r["round"]): (r["n"], r["mean"], r["low"], r["high"]) for r in rows}
+
+
+def rolled_up(campaign: Campaign) -> dict:
+    return {
+        (a.arm, a.tier, a.round): (a.agents, a.reward_mean, a.reward_min, a.reward_max)
+        for a in RoundAggregate.objects.filter(campaign=campaign)
+    }
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        x[0] == y[0] and all(math.isclose(p, q) for p, q in zip(x[1:], y[1:], strict=True))
+        for x, y in ((a[k], b[k]) for k in a)
+    )
+
+
+def noisy(agent: str, number: int) -> float:
+    return random.Random(f"{agent}:{number}").random()
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    values = [0.2, 0.4, 0.35, 0.5, 0.3, 0.45, 0.25, 0.6]
+    low, high = dashboard.bootstrap_interval(values)
+    assert low < np.mean(values) < high
+    assert dashboard.bootstrap_interval(values) == (low, high)  # same seed, same interval
+    assert dashboard.bootstrap_interval(values, seed=1) != (low, high)
+    wide = dashboard.bootstrap_interval([v * 3 for v in values])
+    assert wide[1] - wide[0] > (high - low) * 2.5
+    assert dashboard.bootstrap_interval([0.7]) == (0.7, 0.7)
+    assert dashboard.bootstrap_interval([]) is None
+    # Coverage, roughly: a 95% interval from 30 normal draws covers the true mean most times.
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(100):
+        draw = rng.normal(1.0, 1.0, 30)
+        lo, hi = dashboard.bootstrap_interval(draw, resamples=500)
+        covered += lo <= 1.0 <= hi
+    assert covered >= 85
+
+
+def test_gain_and_downsampling_step():
+    assert dashboard.gain_percent(12.0, 10.0) == pytest.approx(20.0)
+    assert dashboard.gain_percent(8.0, 10.0) == pytest.approx(-20.0)
+    assert dashboard.gain_percent(1.0, 0.0) is None and dashboard.gain_percent(None, 1.0) is None
+    assert [dashboard.downsample_step(n) for n in (0, 1, 500, 501, 2000)] == [1, 1, 1, 2, 4]
+
+
+# --- rollups ------------------------------------------------------------------------------------
+
+
+def test_rollups_equal_raw_aggregates_through_incremental_refreshes(db):
+    campaign = make_campaign()
+    workers = [f"node:w{i}" for i in range(6)]
+    add_rows(campaign, "swarm", "tiny-1m", workers, range(0, 30), noisy)
+    add_rows(campaign, "isolated", "tiny-1m", ["control:1", "control:2"], range(0, 25), noisy)
+    rollups.refresh_rollups()
+    assert same(rolled_up(campaign), raw_aggregates(campaign))
+    assert rollups.refresh_rollups() == {"rows": 0}  # idle: nothing to do
+    # New rounds, and a straggler filling in an old round: both touched keys are recomputed.
+    add_rows(campaign, "swarm", "tiny-1m", workers, range(30, 33), noisy)
+    add_rows(campaign, "swarm", "tiny-1m", ["node:late"], range(0, 2), noisy)
+    stats = rollups.refresh_rollups()
+    assert stats["rows"] >= 20 and stats["campaigns"] == [campaign.pk]
+    assert same(rolled_up(campaign), raw_aggregates(campaign))
+    # Agent blocks hold each agent's exact reward sum.
+    sums = {
+        a["agent"]: a["s"]
+        for a in RoundMetrics.objects.filter(campaign=campaign)
+        .values("agent")
+        .annotate(s=Avg("reward") * Count("id"))
+    }
+    blocks: dict[str, float] = {}
+    for block in AgentBlock.objects.filter(campaign=campaign):
+        blocks[block.agent] = blocks.get(block.agent, 0.0) + block.reward_sum
+    assert blocks.keys() == sums.keys()
+    assert all(math.isclose(blocks[a], sums[a]) for a in sums)
+    # Std is the population std across agents.
+    agg = RoundAggregate.objects.get(campaign=campaign, arm="swarm", tier="tiny-1m", round=5)
+    values = list(
+        RoundMetrics.objects.filter(campaign=campaign, arm="swarm", round=5).values_list("reward", flat=True)
+    )
+    assert agg.reward_std == pytest.approx(np.std(values))
+    assert agg.zero_std_share == pytest.approx(0.25) and agg.external_used == pytest.approx(4.0)
+
+
+def test_a_large_backlog_is_rebuilt_in_one_pass(db, monkeypatch):
+    monkeypatch.setattr(rollups, "COLD_ROWS", 50)
+    campaign = make_campaign()
+    add_rows(campaign, "swarm", "tiny-5m", [f"node:{i}" for i in range(10)], range(20), noisy)
+    # A page load does not wait for it: it says so and shows what there is.
+    payload = dashboard.dashboard_payload(campaign)
+    assert payload["backlog"] >= 200 and payload["series"]["tiny-5m"] == {}  # ids: approximate
+    stats = rollups.refresh_rollups()  # beat's
+    assert stats["rebuilt"] == [campaign.pk]
+    assert same(rolled_up(campaign), raw_aggregates(campaign))
+
+
+# --- the payload --------------------------------------------------------------------------------
+
+
+def test_series_summary_and_gains_follow_the_definitions(db):
+    campaign = make_campaign()
+    swarm = [f"node:w{i}" for i in range(4)]
+    # Swarm agents earn 0.5 per round, isolated seeds 0.4, filtered 0.25; rounds 0..9 (isolated
+    # reached only 8 rounds, so the common horizon H is 8).
+    add_rows(
+        campaign,
+        "swarm",
+        "tiny-1m",
+        swarm,
+        range(10),
+        lambda a, r: 0.5 + (0.1 if a.endswith("0") else -0.1 / 3),
+    )
+    add_rows(campaign, "isolated", "tiny-1m", ["control:1", "control:2"], range(8), lambda a, r: 0.4)
+    add_rows(campaign, "filtered", "tiny-1m", ["control:3", "control:4"], range(10), lambda a, r: 0.25)
+    payload = dashboard.dashboard_payload(campaign)
+    s = payload["series"]["tiny-1m"]["swarm"]
+    assert s["round"] == list(range(10)) and payload["step"] == 1
+    assert s["mean"] == pytest.approx([0.5] * 10)
+    assert s["std"][0] == pytest.approx(np.std([0.6, 0.5 - 0.1 / 3, 0.5 - 0.1 / 3, 0.5 - 0.1 / 3]))
+    assert s["cumulative"] == pytest.approx([0.5 * (r + 1) for r in range(10)])
+    assert payload["series"]["tiny-5m"] == {}
+    summary = payload["summary"]["tiny-1m"]
+    assert summary["horizon"] == 8
+    assert summary["arms"]["swarm"]["cumulative"] == pytest.approx(4.0)
+    assert summary["arms"]["isolated"]["cumulative"] == pytest.approx(3.2)
+    assert summary["arms"]["filtered"]["cumulative"] == pytest.approx(2.0)
+    assert summary["gain_vs_isolated"] == pytest.approx(25.0)
+    assert summary["gain_vs_filtered"] == pytest.approx(100.0)
+    swarm_row = summary["arms"]["swarm"]
+    assert swarm_row["agents"] == 4 and swarm_row["low"] < 4.0 < swarm_row["high"]
+    assert summary["arms"]["isolated"]["low"] == pytest.approx(3.2)  # identical seeds: no spread
+    assert payload["summary"]["tiny-5m"]["arms"]["swarm"] is None
+    assert "std" in payload["band"]
+
+
+def test_long_runs_are_downsampled_and_keep_their_cumulative(db):
+    campaign = make_campaign(rounds=1200)
+    add_rows(campaign, "swarm", "tiny-1m", ["node:a", "node:b"], range(1200), lambda a, r: (r % 10) / 10)
+    payload = dashboard.dashboard_payload(campaign, max_points=500)
+    s = payload["series"]["tiny-1m"]["swarm"]
+    assert payload["step"] == 3 and len(s["round"]) == 400
+    assert s["round"][:2] == [2, 5] and s["round"][-1] == 1199
+    assert s["cumulative"][-1] == pytest.approx(sum((r % 10) / 10 for r in range(1200)))
+    assert s["mean"][0] == pytest.approx(0.1)  # rounds 0, 1, 2: 0.0, 0.1, 0.2
+
+
+def test_pool_panel_and_workers_table(db):
+    campaign = make_campaign(pool_window=4)
+    token, _ = create_token(campaign)
+    node = WorkerNode.objects.create(
+        campaign=campaign,
+        node_id="abc",
+        token=token,
+        tier="tiny-1m",
+        round=3,
+        last_reward=0.4,
+        rejected_submissions=1,
+        backend="transformers",
+        connected=True,
+        hardware={"device": "cpu", "device_name": "x86_64", "ram_bytes": 8 * 1024**3},
+    )
+    lease = Lease.objects.create(
+        lease_id="l", campaign=campaign, node=node, round=0, questions=[], deadline=node.created_at
+    )
+    for sequence in range(1, 7):
+        PoolRollout.objects.create(
+            campaign=campaign,
+            sequence=sequence,
+            rollout_id=f"r{sequence}",
+            node=node,
+            lease=lease,
+            tier="tiny-1m",
+            round=0,
+            task="chain_sum",
+            question_seed=0,
+            question_index=sequence,
+            record={},
+            mean_reward=0.5,
+            zero_advantage=sequence in (5, 6),
+        )
+    Campaign.objects.filter(pk=campaign.pk).update(rollout_sequence=6)
+    add_rows(campaign, "swarm", "tiny-1m", ["node:abc"], range(3), lambda a, r: 0.4)
+    payload = dashboard.dashboard_payload(campaign)
+    pool = payload["pool"]
+    assert (pool["shared"], pool["window"], pool["size"]) == (6, 4, 4)
+    assert pool["zero_advantage_share"] == pytest.approx(0.5)  # 5 and 6 of the window 3..6
+    assert pool["external_share"] == pytest.approx(0.5)  # 4 external of 8 trained
+    assert pool["series"]["zero_advantage"] == pytest.approx([0.25] * 3)
+    (worker,) = payload["workers"]
+    assert worker == {
+        "agent": "node:abc",
+        "node": "abc",
+        "state": "healthy",
+        "connected": True,
+        "tier": "tiny-1m",
+        "hardware": "cpu x86_64 · 8 GiB RAM",
+        "backend": "transformers",
+        "round": 3,
+        "reward": 0.4,
+        "rejected": 1,
+    }
+    assert payload["worker_counts"] == {"healthy": 1, "connected": 1}
+    curve = dashboard.agent_series(campaign, "node:abc")
+    assert (
+        curve["round"] == [0, 1, 2]
+        and curve["reward"] == pytest.approx([0.4] * 3)
+        and curve["tier"] == "tiny-1m"
+    )
+
+
+# --- live over a real server --------------------------------------------------------------------
+
+
+async def open_dashboard(base: str, campaign_id: int):
+    return await websockets.connect(
+        base.replace("http", "ws", 1) + f"/ws/campaigns/{campaign_id}/",
+        origin=base,
+        open_timeout=10,
+    )
+
+
+async def next_of(ws, kind: str, seconds: float = 10.0) -> dict:
+    async with asyncio.timeout(seconds):
+        while True:
+            message = json.loads(await ws.recv())
+            if message["type"] == kind:
+                return message
+
+
+def record(run: ControlRun, number: int, metrics: dict) -> None:
+    """record_control_metrics from a helper thread, closing that thread's connection."""
+    try:
+        record_control_metrics(run, number, metrics)
+    finally:
+        connection.close()
+
+
+def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
+    campaign = make_campaign()
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    latencies = []
+
+    async def scenario():
+        ws = await open_dashboard(coordinator, campaign.pk)
+        await ws.send(json.dumps({"type": "watch", "agents": [f"control:{run.pk}"]}))
+        await asyncio.sleep(0.5)
+        for number in range(3):
+            stored = time.time()
+            await asyncio.to_thread(record, run, number, {"reward": 0.1 * number, "loss": 0.0})
+            message = await next_of(ws, "points")
+            latencies.append(time.time() - stored)
+            assert message["points"] == [
+                {
+                    "tier": "tiny-1m",
+                    "arm": "isolated",
+                    "round": number,
+                    "agents": 1,
+                    "mean": pytest.approx(0.1 * number),
+                    "std": 0.0,
+                }
+            ]
+            assert message["agents"] == [
+                {"agent": f"control:{run.pk}", "round": number, "reward": pytest.approx(0.1 * number)}
+            ]
+        # A burst of reports becomes a few pushes of aggregates, not one message per report.
+        for number in range(3, 23):
+            await asyncio.to_thread(record, run, number, {"reward": 0.5})
+        seen: set[int] = set()
+        pushes = 0
+        while len(seen) < 20:
+            message = await next_of(ws, "points")
+            pushes += 1
+            seen.update(p["round"] for p in message["points"])
+        assert seen == set(range(3, 23)) and pushes < 20
+        tables = await next_of(ws, "tables", seconds=20)
+        assert tables["controls"][0]["round"] == 23 and "summary" in tables
+        await ws.close()
+
+    asyncio.run(scenario())
+    print(f"live update latencies (s): {[round(x, 3) for x in latencies]}")
+    assert max(latencies) < 2.0
+
+
+def test_private_campaigns_are_not_streamed_to_anonymous_viewers(coordinator):
+    campaign = make_campaign(public=False)
+
+    async def scenario():
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await open_dashboard(coordinator, campaign.pk)
+        return refused.value.response.status_code
+
+    assert asyncio.run(scenario()) == 403
+
+
+def test_sockets_from_foreign_origins_are_refused(coordinator):
+    campaign = make_campaign()
+
+    async def scenario():
+        with pytest.raises(websockets.InvalidStatus):
+            await websockets.connect(
+                coordinator.replace("http", "ws", 1) + f"/ws/campaigns/{campaign.pk}/",
+                origin="http://evil.example",
+                open_timeout=10,
+            )
+
+    asyncio.run(scenario())
+
+
+def test_export_streams_through_the_real_server(coordinator):
+    campaign = make_campaign()
+    add_rows(campaign, "swarm", "tiny-1m", [f"node:{i}" for i in range(5)], range(1000), noisy)
+    with urllib.request.urlopen(
+        f"{coordinator}/api/campaigns/{campaign.pk}/metrics?format=csv", timeout=60
+    ) as r:
+        lines = r.read().decode().splitlines()
+    assert len(lines) == 5001 and lines[0].startswith("campaign,arm,tier,agent,round,reward")
+    with urllib.request.urlopen(
+        f"{coordinator}/api/campaigns/{campaign.pk}/metrics?format=json", timeout=60
+    ) as r:
+        body = json.load(r)
+    assert len(body["rows"]) == 5000
+    with urllib.request.urlopen(f"{coordinator}/api/campaigns/{campaign.pk}/dashboard", timeout=60) as r:
+        payload = json.load(r)
+    assert len(payload["series"]["tiny-1m"]["swarm"]["round"]) == 500
+
+
+def test_cached_tables_never_serve_a_stale_campaign_state(db):
+    campaign = make_campaign()
+    first = dashboard.cached_tables(campaign.pk)
+    assert first["campaign"]["state"] == "running"
+    Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.PAUSED)
+    again = dashboard.cached_tables(campaign.pk)
+    assert again["campaign"]["state"] == "paused"  # fresh, though the rest came from the cache
+    assert again["summary"] is first["summary"]
