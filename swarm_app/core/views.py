@@ -1,17 +1,12 @@
-"""Site-wide pages: the home page and the health check used by load balancers and tests."""
+"""The health check used by load balancers, the demo and tests (the home page is the status page)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, JsonResponse
 
 from worker import __version__
-
-
-def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "core/home.html", {"version": __version__, "embedded": settings.EMBEDDED})
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -166,7 +166,7 @@ class Command(BaseCommand):
                 "-l",
                 "info",
                 "--concurrency",
-                str(max(1, controls)),
+                str(controls + 1),  # a control holds its slot for the whole campaign; +1 for housekeeping
                 "--schedule",
                 str(demo_dir / "celerybeat-schedule"),
             ],
