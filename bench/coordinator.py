@@ -140,7 +140,8 @@ async def run_phase(clients: list, seconds: float) -> tuple[float, float]:
 
 def throughput(clients: int, seconds: float, rounds: int) -> float:
     from swarm_app.campaigns.models import Campaign
-    from tests.servers import DAPHNE_LIMITS, free_port, stop, wait_http
+    from swarm_app.core.consumers import DAPHNE_LIMITS
+    from tests.servers import free_port, stop, wait_http
 
     campaign, token = make_campaign("bench-throughput")
     mix = campaign.settings.mix

@@ -1,18 +1,24 @@
 """Generation throughput: vLLM against transformers on the same prompts, in one process.
 
-    python bench/generation.py --tier tiny-20m [--prompts 8 --n 8 --max-new-tokens 48 --repeats 3]
+    python bench/generation.py --tier tiny-20m [--prompts 4 --n 8 --max-new-tokens 48 --repeats 5]
 
 Both backends are the worker's own (worker/generation): the same rendered reasoning-gym prompts
 (the ``cpu`` task preset), the same n, max_new_tokens, temperature and seeds, called alternately
 (transformers, vLLM, transformers, ...) after one unmeasured warm-up call each, so that machine
-noise falls on both. Tokens are the sampled tokens actually returned (a sample that meets its
-end-of-sequence token early counts only what it produced). One line per measurement, then the
-totals, then ``ratio=`` (vLLM tokens/s over transformers tokens/s) last.
+noise falls on both; the engine is synced before each call, as the agent syncs it after each
+step, so no call profits from the previous call's prefix cache. ``--lengths fixed`` (the default) makes every sample exactly
+max_new_tokens long in both (end-of-sequence suppressed until then: transformers'
+``min_new_tokens``, vLLM's ``min_tokens``): the warm-started tiny tiers answer in a handful of
+tokens, which would measure per-call latency, not generation. ``--lengths natural`` runs the
+backends exactly as the agent does. Tokens are the sampled tokens returned. One line per
+measurement, then the totals, then ``ratio=`` (vLLM tokens/s over transformers tokens/s) last.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import sys
 import time
@@ -50,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3, help="measured calls per backend")
+    parser.add_argument("--repeats", type=int, default=5, help="measured calls per backend")
+    parser.add_argument("--lengths", choices=["fixed", "natural"], default="fixed")
     parser.add_argument("--tasks", default="cpu", help="task preset the prompts come from")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from worker.generation.vllm_backend import VLLMBackend
 
@@ -66,13 +77,25 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [render_prompt(tokenizer, q.question) for q in questions]
     print(
         f"# tier={spec.name} params={sum(p.numel() for p in model.parameters())} prompts={len(prompts)} "
-        f"n={args.n} max_new_tokens={args.max_new_tokens} temperature={args.temperature} "
-        f"torch_threads={torch.get_num_threads()} torch={torch.__version__}",
+        f"n={args.n} max_new_tokens={args.max_new_tokens} lengths={args.lengths} temperature={args.temperature} "
+        f"torch_threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"load_average={os.getloadavg()[0]:.2f} cpus={os.cpu_count()}",
         flush=True,
     )
+    overrides: dict = {}
+    if args.lengths == "fixed":
+        model.generate = functools.partial(model.generate, min_new_tokens=args.max_new_tokens)
+        overrides = {"min_tokens": args.max_new_tokens}
     backends: list[GenerationBackend] = [
         TransformersBackend(model, tokenizer),
-        VLLMBackend(model_dir, tokenizer, spec=spec, seed=args.seed, log=lambda line: print(f"# {line}")),
+        VLLMBackend(
+            model_dir,
+            tokenizer,
+            spec=spec,
+            seed=args.seed,
+            sampling_overrides=overrides,
+            log=lambda line: print(f"# {line}"),
+        ),
     ]
     start = time.perf_counter()
     backends[1].sync_weights(model)
@@ -84,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         for backend in backends:
             seed = args.seed + 1000 * (repeat + 1)
+            # As in the agent, the engine is synced (which empties its prefix cache) before each
+            # round's generation; not timed here, it is reported above.
+            backend.sync_weights(model)
             tokens, seconds = measure(backend, prompts, args.n, args.max_new_tokens, args.temperature, seed)
             totals[backend.name].append((tokens, seconds))
             print(
@@ -100,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"total backend={name} tokens={tokens} seconds={seconds:.3f} tokens_per_s={rates[name]:.1f} median_tokens_per_s={median:.1f}"
         )
+    print(f"# load_average={os.getloadavg()[0]:.2f} at the end")
     print(f"ratio={rates['vllm'] / rates['transformers']:.2f}")
     return 0
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 from django.db import connection
 
+from swarm_app.core.consumers import DAPHNE_LIMITS
+
 ROOT = Path(__file__).resolve().parent.parent
-# daphne drops websocket messages over 1 MiB unless told otherwise; the protocol allows 4 MiB,
-# and the server takes twice that so that an oversized message gets the protocol's clear error.
-DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
 
 
 def free_port() -> int:

@@ -12,6 +12,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 # server buffer more than the coordinator itself would.
 MAX_ECHO_BYTES = 4 * 1024 * 1024
 
+# daphne's flags for every server this project starts (demo, tests, benchmarks; platform/ files
+# spell the same numbers): daphne drops websocket messages over 1 MiB by default; taking twice
+# the protocol's 4 MiB lets an oversized message reach the coordinator and get a clear error.
+DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
+
 
 class EchoConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

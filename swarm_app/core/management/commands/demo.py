@@ -33,8 +33,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Avg, Max
 
+from swarm_app.core.consumers import DAPHNE_LIMITS
+
 ROOT = Path(settings.BASE_DIR)
-DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
 DEMO_USER = "organizer"
 
 
