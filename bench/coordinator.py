@@ -23,13 +23,13 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._django import ROOT, percentile, setup_django
+from bench._django import percentile, setup_django
 
 G = 8
 QUESTIONS = 8
@@ -140,32 +140,13 @@ async def run_phase(clients: list, seconds: float) -> tuple[float, float]:
 
 def throughput(clients: int, seconds: float, rounds: int) -> float:
     from swarm_app.campaigns.models import Campaign
-    from swarm_app.core.consumers import DAPHNE_LIMITS
-    from tests.servers import free_port, stop, wait_http
+    from tests.servers import asgi_server
 
     campaign, token = make_campaign("bench-throughput")
     mix = campaign.settings.mix
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            *DAPHNE_LIMITS,
-            "swarm_app.asgi:application",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base = f"ws://127.0.0.1:{port}"
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", proc=server)
+    log = Path(tempfile.mkdtemp()) / "daphne.log"
+    with asgi_server(log) as http_base:
+        base = http_base.replace("http", "ws", 1)
         sample = json.dumps(
             {
                 "type": "submit",
@@ -207,13 +188,11 @@ def throughput(clients: int, seconds: float, rounds: int) -> float:
                     f"{name:>12} pass {r}: {rate:8.1f} rollouts/s  p50 {percentile(latencies, 50) * 1000:7.1f} ms  "
                     f"p99 {percentile(latencies, 99) * 1000:7.1f} ms  ({len(latencies)} messages)"
                 )
-        coordinator = sum(results["coordinator"]) / rounds
-        echo = sum(results["echo"]) / rounds
-        print(f"coordinator {coordinator:.1f} rollouts/s, echo {echo:.1f} rollouts/s")
-        return coordinator / echo
-    finally:
-        stop(server)
-        Campaign.objects.filter(pk=campaign.pk).delete()
+    Campaign.objects.filter(pk=campaign.pk).delete()
+    coordinator = sum(results["coordinator"]) / rounds
+    echo = sum(results["echo"]) / rounds
+    print(f"coordinator {coordinator:.1f} rollouts/s, echo {echo:.1f} rollouts/s")
+    return coordinator / echo
 
 
 def sampling_latency(size: int, calls: int = 300) -> float:
