@@ -1,17 +1,22 @@
 """Generation throughput: vLLM against transformers on the same prompts, in one process.
 
-    python bench/generation.py --tier tiny-20m [--prompts 4 --n 8 --max-new-tokens 48 --repeats 5]
+    python bench/generation.py --tier tiny-20m [--prompts 4 --n 8 --max-new-tokens 48 --repeats 7]
 
 Both backends are the worker's own (worker/generation): the same rendered reasoning-gym prompts
 (the ``cpu`` task preset), the same n, max_new_tokens, temperature and seeds, called alternately
 (transformers, vLLM, transformers, ...) after one unmeasured warm-up call each, so that machine
-noise falls on both; the engine is synced before each call, as the agent syncs it after each
-step, so no call profits from the previous call's prefix cache. ``--lengths fixed`` (the default) makes every sample exactly
-max_new_tokens long in both (end-of-sequence suppressed until then: transformers'
-``min_new_tokens``, vLLM's ``min_tokens``): the warm-started tiny tiers answer in a handful of
-tokens, which would measure per-call latency, not generation. ``--lengths natural`` runs the
-backends exactly as the agent does. Tokens are the sampled tokens returned. One line per
-measurement, then the totals, then ``ratio=`` (vLLM tokens/s over transformers tokens/s) last.
+noise falls on both. The engine is synced before each call, as the agent syncs it after each
+step, so no call profits from the previous call's prefix cache.
+
+``--lengths fixed`` (the default) makes every sample exactly max_new_tokens long in both
+(end-of-sequence suppressed until then: transformers' ``min_new_tokens``, vLLM's
+``min_tokens``): the warm-started tiny tiers answer in a handful of tokens, which would measure
+per-call latency, not generation. ``--lengths natural`` runs the backends exactly as the agent
+does. Tokens are the sampled tokens returned.
+
+Output: one line per measurement, then the totals, then ``ratio=`` last: vLLM's median tokens/s
+over transformers' median tokens/s (medians, because on a shared machine one disturbed call
+would otherwise decide it; the ratio of the totals is printed just before).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=5, help="measured calls per backend")
+    parser.add_argument("--repeats", type=int, default=7, help="measured calls per backend")
     parser.add_argument("--lengths", choices=["fixed", "natural"], default="fixed")
     parser.add_argument("--tasks", default="cpu", help="task preset the prompts come from")
     parser.add_argument("--seed", type=int, default=0)
@@ -117,17 +122,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"seconds={seconds:.3f} tokens_per_s={tokens / seconds:.1f}",
                 flush=True,
             )
-    rates = {}
+    medians: dict[str, float] = {}
+    totals_rate: dict[str, float] = {}
     for name, runs in totals.items():
         tokens = sum(t for t, _ in runs)
         seconds = sum(s for _, s in runs)
-        rates[name] = tokens / seconds
-        median = statistics.median(t / s for t, s in runs)
+        totals_rate[name] = tokens / seconds
+        medians[name] = statistics.median(t / s for t, s in runs)
         print(
-            f"total backend={name} tokens={tokens} seconds={seconds:.3f} tokens_per_s={rates[name]:.1f} median_tokens_per_s={median:.1f}"
+            f"total backend={name} tokens={tokens} seconds={seconds:.3f} "
+            f"tokens_per_s={totals_rate[name]:.1f} median_tokens_per_s={medians[name]:.1f}"
         )
+    print(f"# ratio of totals {totals_rate['vllm'] / totals_rate['transformers']:.2f}")
     print(f"# load_average={os.getloadavg()[0]:.2f} at the end")
-    print(f"ratio={rates['vllm'] / rates['transformers']:.2f}")
+    # Medians: on a shared machine one disturbed call would otherwise decide the ratio.
+    print(f"ratio={medians['vllm'] / medians['transformers']:.2f}")
     return 0
 
 

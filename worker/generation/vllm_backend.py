@@ -34,6 +34,7 @@ GPUs the engine's share of memory comes from :func:`engine_memory`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -72,6 +73,8 @@ LEARNER_BYTES_PER_PARAM = 12  # weights + grads (bf16) + two Adam moments, kept 
 ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)  # vLLM activations at profiling, sampler, CUDA graphs
 MIN_KV_BYTES = GIB // 2
 MAX_KV_BYTES = 4 * GIB  # ~350k tokens of KV for Qwen2.5-0.5B: far beyond B x G sequences
+
+GREEDY_BELOW = 1e-5  # vLLM decodes greedily below this temperature (its _SAMPLING_EPS)
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,8 @@ class VLLMBackend:
             cache_root or default_cache_root(), local_model=Path(self.model_dir).is_dir()
         )
         position_limit = _position_limit(self.model_dir)
+        if device == "cuda" and not vram_bytes:
+            vram_bytes = int(torch.cuda.get_device_properties(0).total_memory)
         if spec is not None:
             plan = engine_memory(
                 spec,
@@ -327,9 +332,14 @@ class VLLMBackend:
                 f"a prompt of {longest} tokens + {max_new_tokens} new tokens exceeds the engine's "
                 f"max_model_len {self.max_model_len}"
             )
+        if not prompts:
+            return []
+        # vLLM refuses n > 1 for greedy decoding (all n would be equal): ask once, copy n times.
+        greedy = temperature < GREEDY_BELOW
+        per_request = 1 if greedy else n
         params = [
             SamplingParams(
-                n=n,
+                n=per_request,
                 temperature=temperature,
                 top_k=0,  # 0 disables top-k in vLLM
                 top_p=1.0,
@@ -344,7 +354,13 @@ class VLLMBackend:
         requests: list[Any] = [{"prompt_token_ids": ids} for ids in encoded]
         with torch.random.fork_rng(devices=[]):
             outputs = self.llm.generate(requests, params, use_tqdm=False)
-        return [[self._sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
+        results = []
+        for out in outputs:
+            group = [self._sample(c) for c in sorted(out.outputs, key=lambda c: c.index)]
+            if greedy:
+                group = [dataclasses.replace(group[0], token_ids=list(group[0].token_ids)) for _ in range(n)]
+            results.append(group)
+        return results
 
     def _sample(self, completion: Any) -> Sample:
         ids = list(completion.token_ids)
