@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from swarm_app.core.consumers import DAPHNE_LIMITS
+from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,17 +92,7 @@ def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator
     port = port or free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                *DAPHNE_LIMITS,
-                "swarm_app.asgi:application",
-            ],
+            daphne_command(sys.executable, port),
             cwd=ROOT,
             env=server_env(**env),
             stdout=log,

@@ -18,6 +18,21 @@ MAX_ECHO_BYTES = 4 * 1024 * 1024
 DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
 
 
+def daphne_command(python: str, port: int) -> list[str]:
+    """The command line of a loopback coordinator (demo, tests, benchmarks)."""
+    return [
+        python,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        *DAPHNE_LIMITS,
+        "swarm_app.asgi:application",
+    ]
+
+
 class EchoConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")

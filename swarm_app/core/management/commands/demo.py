@@ -33,7 +33,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Avg, Max
 
-from swarm_app.core.consumers import DAPHNE_LIMITS
+from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(settings.BASE_DIR)
 DEMO_USER = "organizer"
@@ -138,17 +138,7 @@ class Command(BaseCommand):
         python = sys.executable
         children.start(
             "daphne",
-            [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                *DAPHNE_LIMITS,
-                "swarm_app.asgi:application",
-            ],
+            daphne_command(python, port),
             **env,
         )
         controls = (
