@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections
 
-from swarm_app.campaigns.models import Campaign, RoundMetrics
+from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from tests.servers import ROOT, asgi_server, server_env, stop
 
 pytestmark = pytest.mark.slow
@@ -148,7 +148,16 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         try:
             page.wait_for_function("window.swarmDashboard.pointsReceived > 0", timeout=180_000)
         except Exception:
-            print((tmp_path / "worker.log").read_text()[-3000:])
+            print("--- worker log\n" + (tmp_path / "worker.log").read_text()[-3000:])
+            print("--- coordinator log\n" + (tmp_path / "daphne.log").read_text()[-6000:])
+            print("--- dashboard state\n" + repr(page.evaluate(
+                "({messages: swarmDashboard.messages, reconnects: swarmDashboard.reconnects,"
+                " errors: swarmDashboard.errors, socketOpen: swarmDashboard.socketOpen})"
+            )))
+            print("--- stored\n" + repr(list(RoundMetrics.objects.filter(campaign=campaign).values_list(
+                "id", "arm", "tier", "round", "reward"))))
+            print(repr(list(RoundAggregate.objects.filter(campaign=campaign).values_list(
+                "source_id", "arm", "tier", "round", "agents"))))
             raise
         received_ms = page.evaluate("window.swarmDashboard.firstPointAt")
         assert page.evaluate("window.__sameDocument") is True

@@ -27,8 +27,14 @@
     lastPointAt: null,
     ready: false,
     socketOpen: false,
+    messages: { points: 0, tables: 0, state: 0 }, // socket messages received, by type
+    reconnects: 0,
+    errors: [], // uncaught script errors on this page (the first few)
   };
   window.swarmDashboard = state; // read by tests and curious viewers
+  window.addEventListener("error", (event) => {
+    if (state.errors.length < 10) state.errors.push(String(event.message));
+  });
 
   // --- helpers ------------------------------------------------------------------------------
   function el(tag, text, cls) {
@@ -337,12 +343,16 @@
     socket = new WebSocket(scheme + location.host + config.socket);
     socket.onopen = () => {
       state.socketOpen = true;
-      if (retry > 0) load(); // catch up on what was missed while disconnected
+      if (retry > 0) {
+        state.reconnects += 1;
+        load(); // catch up on what was missed while disconnected
+      }
       retry = 0;
       sendWatch();
     };
     socket.onmessage = (event) => {
       const message = JSON.parse(event.data);
+      if (message.type in state.messages) state.messages[message.type] += 1;
       if (message.type === "points") onPoints(message);
       else if (message.type === "tables") renderTables(message);
       else if (message.type === "state") renderState(message.state, message.reason);

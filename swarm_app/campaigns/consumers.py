@@ -114,7 +114,14 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         keys, self.keys = self.keys, set()
         agent_points, self.agent_points = self.agent_points, []
         if keys or agent_points:
-            points = await database_sync_to_async(self._points)(keys)
+            try:
+                points = await database_sync_to_async(self._points)(keys)
+            except BaseException:
+                # Keep what this push was for: the next one retries it (otherwise a failed query
+                # would drop these rounds from the live chart until the next reload).
+                self.keys |= keys
+                self.agent_points[:0] = agent_points
+                raise
             await self.send_json(
                 {"type": "points", "points": points, "agents": agent_points, "sent_at": time.time()}
             )
