@@ -150,14 +150,34 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         except Exception:
             print("--- worker log\n" + (tmp_path / "worker.log").read_text()[-3000:])
             print("--- coordinator log\n" + (tmp_path / "daphne.log").read_text()[-6000:])
-            print("--- dashboard state\n" + repr(page.evaluate(
-                "({messages: swarmDashboard.messages, reconnects: swarmDashboard.reconnects,"
-                " errors: swarmDashboard.errors, socketOpen: swarmDashboard.socketOpen})"
-            )))
-            print("--- stored\n" + repr(list(RoundMetrics.objects.filter(campaign=campaign).values_list(
-                "id", "arm", "tier", "round", "reward"))))
-            print(repr(list(RoundAggregate.objects.filter(campaign=campaign).values_list(
-                "source_id", "arm", "tier", "round", "agents"))))
+            print(
+                "--- dashboard state\n"
+                + repr(
+                    page.evaluate(
+                        "({messages: swarmDashboard.messages, reconnects: swarmDashboard.reconnects,"
+                        " errors: swarmDashboard.errors, socketOpen: swarmDashboard.socketOpen})"
+                    )
+                )
+            )
+            print(
+                "--- stored\n"
+                + repr(
+                    list(
+                        RoundMetrics.objects.filter(campaign=campaign).values_list(
+                            "id", "arm", "tier", "round", "reward"
+                        )
+                    )
+                )
+            )
+            print(
+                repr(
+                    list(
+                        RoundAggregate.objects.filter(campaign=campaign).values_list(
+                            "source_id", "arm", "tier", "round", "agents"
+                        )
+                    )
+                )
+            )
             raise
         received_ms = page.evaluate("window.swarmDashboard.firstPointAt")
         assert page.evaluate("window.__sameDocument") is True

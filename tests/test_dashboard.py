@@ -166,8 +166,14 @@ def test_sparse_ids_are_not_mistaken_for_a_backlog(db):
     campaign = make_campaign()
     for number in range(3):
         RoundMetrics.objects.create(
-            pk=1_000_000 + number, campaign=campaign, arm="swarm", tier="tiny-1m",
-            agent="node:a", round=number, reward=0.5, metrics={},
+            pk=1_000_000 + number,
+            campaign=campaign,
+            arm="swarm",
+            tier="tiny-1m",
+            agent="node:a",
+            round=number,
+            reward=0.5,
+            metrics={},
         )
     assert rollups.backlog() == 3
     assert rollups.refresh_rollups(rebuild=False)["rows"] == 3
