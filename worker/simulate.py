@@ -20,8 +20,9 @@ import torch
 from worker import __version__
 from worker.agent import Agent, AgentConfig, stable_seed
 from worker.arms import Arm
-from worker.generation.hf import TransformersBackend
-from worker.models import load_policy, model_cache_dir, tier
+from worker.generation.select import choose_backend, make_backend
+from worker.hardware import detect
+from worker.models import load_policy, model_cache_dir, resolve, tier
 from worker.tasks import TaskMix
 from worker.transport import LocalTransport, RolloutPool
 
@@ -36,6 +37,7 @@ class SimulationConfig:
     agent: AgentConfig  # I, J and strategies are overridden per arm
     pool_window: int = 256  # rollouts: the most recent ones are sampled
     checkpoint_every: int = 0  # rounds; 0 = never
+    backend: str = "transformers"  # generation backend of every agent: transformers, vllm or auto
 
     def to_json(self) -> dict:
         return {
@@ -47,6 +49,7 @@ class SimulationConfig:
             "agent": self.agent.to_json(),
             "pool_window": self.pool_window,
             "checkpoint_every": self.checkpoint_every,
+            "backend": self.backend,
             "version": __version__,
         }
 
@@ -71,9 +74,25 @@ class Swarm:
         self.pool = RolloutPool(config.pool_window) if arm.shares else None
         spec = tier(config.tier)
         agent_config = agent_config_for(config.agent, arm)
+        # Every agent generates with the same backend; vLLM agents each hold an engine synced
+        # from their own policy after every step, exactly as a volunteer's worker does.
+        hardware = detect(cache_dir)
+        backend_name, reason = choose_backend(config.backend, hardware)
+        log(f"{arm.name}: generation backend {reason}")
+        model_dir = resolve(spec, cache_dir, log=log)
         self.agents: list[Agent] = []
         for index in range(config.agents):
             model, tokenizer = load_policy(spec, cache_dir, log=log)
+            backend = make_backend(
+                backend_name,
+                model,
+                tokenizer,
+                model_dir,
+                spec,
+                hardware=hardware,
+                seed=stable_seed(config.seed, index, "backend"),
+                log=log,
+            )
             transport = LocalTransport(config.mix, stable_seed(config.seed, index, "questions"), self.pool)
             agent_id = f"agent-{index}"
             self.agents.append(
@@ -82,7 +101,7 @@ class Swarm:
                     spec.name,
                     model,
                     tokenizer,
-                    TransformersBackend(model, tokenizer),
+                    backend,
                     transport,
                     config.mix,
                     AgentConfig(**{**agent_config.to_json(), "seed": stable_seed(config.seed, index)}),
