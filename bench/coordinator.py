@@ -5,14 +5,44 @@
    daphne server, alternating with the same number of clients sending messages of the same size
    to the bare echo endpoint of the same server. ``ratio=`` (printed last) is coordinator
    rollouts/s over echo rollouts/s: the share of the transport's capacity the coordinator keeps
-   after validation, re-scoring and storage.
+   after validation, re-scoring and storage. Each coordinator round is two requests (a lease,
+   then the submission of its 8 questions x G=8 completions); each echo round is one message of
+   the submission's size.
+
+   Beside wall-clock rates, each phase reports the CPU seconds the server side spent (daphne
+   processes, and PostgreSQL's processes when the database is PostgreSQL) per 1000 rollouts,
+   read from /proc through psutil. On a machine shared with other jobs the rates move with the
+   neighbours' load (the same run can differ by 30%), the CPU cost per rollout much less, so
+   ``cpu_ratio=`` (echo server CPU per rollout over coordinator server CPU per rollout) is the
+   figure to compare between code versions; ``ratio=`` is the goal's figure.
+
+   ``--servers N`` starts N daphne processes (a production-like deployment runs several ASGI
+   servers behind a proxy) and spreads the clients over them round-robin; the echo phase uses the
+   same N servers the same way, so both sides get the same processes. The default is 1.
+
 2. Sampling latency (sample_external, p50/p99) at pool sizes 10k and 1M in one campaign
-   (``sampling_ratio=`` p99 at 1M over p99 at 10k).
+   (``sampling_ratio=`` p99 at 1M over p99 at 10k). On PostgreSQL the pool is filled with one
+   INSERT ... SELECT over generate_series (1M rows in well under a minute) and then ANALYZEd, as
+   autovacuum would have done for a table that grew to that size; on SQLite, by bulk_create in
+   batches.
+
+Simulated workers are kept cheap so that they take as little as possible of the CPU the server
+needs (client and server share the machine): each builds its rollout records as plain dicts and
+scores its two distinct completions per question with the worker's own verifier
+(worker.rewards.reward) once each, instead of constructing Rollout objects and scoring all G
+copies. What the coordinator receives and does is unchanged: every completion is re-scored.
+
+The server is started with ``socket_timeout=10`` on the Redis URL unless the URL sets one:
+redis-py 6+ defaults to a 5 s socket timeout, which equals channels-redis's 5 s BZPOPMIN, so a
+consumer whose event loop is a few milliseconds late reads a timeout and the connection dies
+with 1011 (seen here under load on the first run). swarm_app/settings.py should set it for
+every deployment; until it does, the benchmark sets it for its own server.
 
 Run against PostgreSQL and Redis (the production set-up) or embedded:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
-        SECRET_KEY=bench .venv/bin/python bench/coordinator.py [--clients 8] [--seconds 20] [--big 1000000]
+        SECRET_KEY=bench .venv/bin/python bench/coordinator.py [--clients 8] [--seconds 20] [--big 1000000] \
+        [--servers 1] [--only throughput|sampling]
 
 It creates its own campaigns in that database; use a database of its own.
 """
@@ -21,12 +51,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import percentile, setup_django
@@ -51,29 +84,39 @@ def make_campaign(name: str):
 
 
 def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
-    from worker.rewards import rewards
-    from worker.rollout import Rollout
+    """The submission's rollout records: half right answers, half "0", truthfully scored.
+
+    Built as plain dicts in Rollout.to_json()'s layout, and each distinct completion is scored
+    once with the worker's verifier (see the module docstring: clients stay cheap).
+    """
+    import uuid
+
+    from worker.rewards import reward
+    from worker.rollout import SCHEMA_VERSION
     from worker.tasks import QuestionRef
 
     out = []
     for q in lease["questions"]:
         ref = QuestionRef.from_json(q["ref"])
-        completions = [COMPLETION.format(answer=q["answer"] if g % 2 else "0") for g in range(G)]
+        right, wrong = COMPLETION.format(answer=q["answer"]), COMPLETION.format(answer="0")
+        right_reward, wrong_reward = reward(mix, ref, right), reward(mix, ref, wrong)
         out.append(
-            Rollout(
-                ref=ref,
-                question=q["question"],
-                answer=q["answer"],
-                metadata=q["metadata"],
-                completions=completions,
-                rewards=rewards(mix, ref, completions),
-                advantages=[0.0] * G,
-                agent_id=node_id,
-                tier="tiny-1m",
-                round=lease["round"],
-                completion_tokens=[120] * G,
-                truncated=[False] * G,
-            ).to_json()
+            {
+                "ref": ref.to_json(),
+                "question": q["question"],
+                "answer": q["answer"],
+                "metadata": q["metadata"],
+                "completions": [right if g % 2 else wrong for g in range(G)],
+                "rewards": [right_reward if g % 2 else wrong_reward for g in range(G)],
+                "advantages": [0.0] * G,
+                "agent_id": node_id,
+                "tier": "tiny-1m",
+                "round": lease["round"],
+                "completion_tokens": [120] * G,
+                "truncated": [False] * G,
+                "rollout_id": uuid.uuid4().hex,
+                "schema_version": SCHEMA_VERSION,
+            }
         )
     return out
 
@@ -138,15 +181,66 @@ async def run_phase(clients: list, seconds: float) -> tuple[float, float]:
     return sum(counts), time.monotonic() - start
 
 
-def throughput(clients: int, seconds: float, rounds: int) -> float:
+def redis_url_for_server(url: str) -> str:
+    """``url`` with ``socket_timeout=10`` unless it sets one (see the module docstring)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("socket_timeout", "10")
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+class ServerCpu:
+    """CPU seconds (user + system) of the server side: our daphne processes and PostgreSQL's."""
+
+    def __init__(self, database_is_postgres: bool) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.postgres = database_is_postgres
+
+    def processes(self) -> list:
+        me = self.psutil.Process()
+        servers = [p for p in me.children(recursive=True) if "daphne" in " ".join(p.cmdline())]
+        if self.postgres:
+            servers += [p for p in self.psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
+        return servers
+
+    def sample(self) -> dict[str, float]:
+        """Per-process CPU seconds now, keyed by "kind:pid" (new processes count from zero)."""
+        out = {}
+        for p in self.processes():
+            with contextlib.suppress(self.psutil.Error):
+                times = p.cpu_times()
+                kind = "postgres" if p.name() == "postgres" else "daphne"
+                out[f"{kind}:{p.pid}"] = times.user + times.system
+        return out
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        totals = {"daphne": 0.0, "postgres": 0.0}
+        for key, value in after.items():
+            totals[key.split(":")[0]] += max(0.0, value - before.get(key, 0.0))
+        return totals
+
+
+def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple[float, float]:
+    from django.db import connection
+
     from swarm_app.campaigns.models import Campaign
     from tests.servers import asgi_server
 
     campaign, token = make_campaign("bench-throughput")
     mix = campaign.settings.mix
-    log = Path(tempfile.mkdtemp()) / "daphne.log"
-    with asgi_server(log) as http_base:
-        base = http_base.replace("http", "ws", 1)
+    cpu = ServerCpu(connection.vendor == "postgresql")
+    logs = Path(tempfile.mkdtemp())
+    env = {"REDIS_URL": redis_url_for_server(os.environ.get("REDIS_URL", ""))}
+    with contextlib.ExitStack() as stack:
+        bases = [
+            stack.enter_context(asgi_server(logs / f"daphne-{i}.log", **env)).replace("http", "ws", 1)
+            for i in range(servers)
+        ]
         sample = json.dumps(
             {
                 "type": "submit",
@@ -168,38 +262,105 @@ def throughput(clients: int, seconds: float, rounds: int) -> float:
                 ),
             }
         )
-        print(f"message size: {len(sample)} bytes ({QUESTIONS} rollouts x G={G})")
-        results = {"coordinator": [], "echo": []}
+        print(
+            f"message size: {len(sample)} bytes ({QUESTIONS} rollouts x G={G}); "
+            f"{servers} daphne process(es); logs in {logs}"
+        )
+        results: dict[str, list[float]] = {"coordinator": [], "echo": []}
+        cpu_per_k: dict[str, list[float]] = {"coordinator": [], "echo": []}
         for r in range(rounds):  # alternate, so both see the same machine noise
             for name in ("coordinator", "echo"):
                 latencies: list[float] = []
                 until = time.monotonic() + seconds
                 if name == "coordinator":
                     tasks = [
-                        coordinator_client(base, token, f"bench-{r}-{c}", mix, until, latencies)
+                        coordinator_client(bases[c % servers], token, f"bench-{r}-{c}", mix, until, latencies)
                         for c in range(clients)
                     ]
                 else:
-                    tasks = [echo_client(base, sample, until, latencies) for _ in range(clients)]
+                    tasks = [
+                        echo_client(bases[c % servers], sample, until, latencies) for c in range(clients)
+                    ]
+                before = cpu.sample()
                 count, elapsed = asyncio.run(run_phase(tasks, seconds))
+                spent = cpu.spent(before, cpu.sample())
                 rate = count / elapsed
                 results[name].append(rate)
+                per_k = 1000 * (spent["daphne"] + spent["postgres"]) / max(count, 1)
+                cpu_per_k[name].append(per_k)
                 print(
                     f"{name:>12} pass {r}: {rate:8.1f} rollouts/s  p50 {percentile(latencies, 50) * 1000:7.1f} ms  "
-                    f"p99 {percentile(latencies, 99) * 1000:7.1f} ms  ({len(latencies)} messages)"
+                    f"p99 {percentile(latencies, 99) * 1000:7.1f} ms  ({len(latencies)} messages)  "
+                    f"server CPU {per_k:6.3f} s per 1000 rollouts "
+                    f"(daphne {spent['daphne']:.1f} s, postgres {spent['postgres']:.1f} s in {elapsed:.0f} s)"
                 )
     Campaign.objects.filter(pk=campaign.pk).delete()
     coordinator = sum(results["coordinator"]) / rounds
     echo = sum(results["echo"]) / rounds
+    coordinator_cpu = sum(cpu_per_k["coordinator"]) / rounds
+    echo_cpu = sum(cpu_per_k["echo"]) / rounds
     print(f"coordinator {coordinator:.1f} rollouts/s, echo {echo:.1f} rollouts/s")
-    return coordinator / echo
+    print(
+        f"server CPU per 1000 rollouts: coordinator {coordinator_cpu:.3f} s, echo {echo_cpu:.3f} s; "
+        f"cpu_ratio={echo_cpu / coordinator_cpu:.3f}"
+    )
+    return coordinator / echo, echo_cpu / coordinator_cpu
+
+
+def fill_pool_bulk(campaign, nodes: list, leases: list, record: dict, size: int) -> None:
+    """Rollouts 1..size (node i % 8, every third zero-advantage), by bulk_create in batches."""
+    from swarm_app.coordinator.models import PoolRollout
+
+    batch = 20_000
+    for offset in range(0, size, batch):
+        PoolRollout.objects.bulk_create(
+            PoolRollout(
+                campaign=campaign,
+                sequence=s + 1,
+                rollout_id=f"r{s}",
+                node=nodes[s % 8],
+                lease=leases[s % 8],
+                tier="tiny-1m",
+                round=s // 64,
+                task="chain_sum",
+                question_seed=1,
+                question_index=s,
+                record=record,
+                mean_reward=0.5,
+                zero_advantage=s % 3 == 0,
+            )
+            for s in range(offset, min(size, offset + batch))
+        )
+
+
+def fill_pool_postgres(campaign, nodes: list, leases: list, record: dict, size: int) -> None:
+    """The same rows as fill_pool_bulk, generated by PostgreSQL itself, then ANALYZEd."""
+    from django.db import connection
+
+    from swarm_app.coordinator.models import PoolRollout
+
+    table = PoolRollout._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (campaign_id, sequence, rollout_id, node_id, lease_id, tier, round, task,
+                                 question_seed, question_index, record, mean_reward, zero_advantage,
+                                 in_pool, created_at)
+            SELECT %s, s + 1, 'r' || s, (%s::bigint[])[s %% 8 + 1], (%s::bigint[])[s %% 8 + 1],
+                   'tiny-1m', s / 64, 'chain_sum', 1, s, %s::jsonb, 0.5, s %% 3 = 0, true, now()
+            FROM generate_series(0, %s - 1) AS s
+            """,
+            [campaign.pk, [n.pk for n in nodes], [lease.pk for lease in leases], json.dumps(record), size],
+        )
+        cursor.execute(f"ANALYZE {table}")
 
 
 def sampling_latency(size: int, calls: int = 300) -> float:
+    from django.db import connection
     from django.utils import timezone
 
     from swarm_app.campaigns.models import Campaign
-    from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+    from swarm_app.coordinator.models import Lease, WorkerNode
     from swarm_app.coordinator.pool import sample_external
     from swarm_app.coordinator.tokens import create_token
 
@@ -223,26 +384,10 @@ def sampling_latency(size: int, calls: int = 300) -> float:
     ]
     record = {"completions": ["<answer>1</answer>"] * G, "rewards": [1.0, 0.0] * (G // 2)}
     start = time.perf_counter()
-    batch = 20_000
-    for offset in range(0, size, batch):
-        PoolRollout.objects.bulk_create(
-            PoolRollout(
-                campaign=campaign,
-                sequence=s + 1,
-                rollout_id=f"r{s}",
-                node=nodes[s % 8],
-                lease=leases[s % 8],
-                tier="tiny-1m",
-                round=s // 64,
-                task="chain_sum",
-                question_seed=1,
-                question_index=s,
-                record=record,
-                mean_reward=0.5,
-                zero_advantage=s % 3 == 0,
-            )
-            for s in range(offset, min(size, offset + batch))
-        )
+    if connection.vendor == "postgresql":
+        fill_pool_postgres(campaign, nodes, leases, record, size)
+    else:
+        fill_pool_bulk(campaign, nodes, leases, record, size)
     Campaign.objects.filter(pk=campaign.pk).update(rollout_sequence=size)
     print(f"pool of {size}: filled in {time.perf_counter() - start:.1f} s")
     rng = random.Random(0)
@@ -269,18 +414,23 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--big", type=int, default=1_000_000)
+    parser.add_argument("--servers", type=int, default=1, help="daphne processes (default 1)")
+    parser.add_argument("--only", choices=["throughput", "sampling"], help="run one part only")
     args = parser.parse_args()
     setup_django()
     from django.db import connection
 
     print(
-        f"database: {connection.vendor}; {args.clients} clients; {args.passes} alternating passes of {args.seconds:.0f} s"
+        f"database: {connection.vendor}; {args.clients} clients; {args.passes} alternating passes of "
+        f"{args.seconds:.0f} s; {os.cpu_count()} CPUs"
     )
-    small = sampling_latency(args.small)
-    big = sampling_latency(args.big)
-    print(f"sampling_ratio={big / small:.2f}  (p99 at {args.big} over p99 at {args.small}; goal <= 2)")
-    ratio = throughput(args.clients, args.seconds, args.passes)
-    print(f"ratio={ratio:.3f}  (coordinator rollouts/s over echo rollouts/s; goal >= 0.5)")
+    if args.only != "throughput":
+        small = sampling_latency(args.small)
+        big = sampling_latency(args.big)
+        print(f"sampling_ratio={big / small:.2f}  (p99 at {args.big} over p99 at {args.small}; goal <= 2)")
+    if args.only != "sampling":
+        ratio, _ = throughput(args.clients, args.seconds, args.passes, args.servers)
+        print(f"ratio={ratio:.3f}  (coordinator rollouts/s over echo rollouts/s; goal >= 0.5)")
 
 
 if __name__ == "__main__":

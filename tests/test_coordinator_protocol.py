@@ -344,3 +344,75 @@ def test_version_negotiation_and_tier_assignment(ready, campaign):
     welcome = run(hello(node_id="node-ok"))
     assert welcome["protocol_version"] == 1
     assert json.loads(json.dumps(welcome["campaign"]["config"]))["group_size"] == G
+
+
+def test_concurrent_submissions_of_one_lease_store_it_once(ready, campaign):
+    """Two connections of one node race to submit the same lease: one ack, one duplicate."""
+    mix = ready["mix"]
+    lease_a = ready["leases"]["node-a"]
+
+    async def race():
+        first, second = await connected(ready), await connected(ready)
+        replies = await asyncio.gather(
+            *(
+                s.request(
+                    "submit",
+                    submission_id=f"race-{i}",
+                    lease_id=lease_a["lease_id"],
+                    rollouts=honest_rollouts(lease_a, "node-a", "tiny-1m", mix),
+                )
+                for i, s in enumerate((first, second))
+            )
+        )
+        await first.close()
+        await second.close()
+        return replies
+
+    replies = run(race())
+    assert sorted(r["type"] for r in replies) == ["error", "submit_ack"], replies
+    assert next(r for r in replies if r["type"] == "error")["code"] == "duplicate_submission"
+    assert PoolRollout.objects.filter(campaign=campaign).count() == 2
+    assert Campaign.objects.get(pk=campaign.pk).rollout_sequence == 2
+    assert WorkerNode.objects.get(node_id="node-a").accepted_submissions == 1
+
+
+def test_coordinator_scoring_and_records_match_the_worker_definitions():
+    """The coordinator's faster re-scoring and pool records equal worker.rewards and to_json."""
+    from swarm_app.coordinator.submissions import pool_record, verified_rewards
+    from worker.rewards import RewardConfig
+    from worker.tasks import TaskSpec, preset, question, ref_at
+
+    mixes = [preset("cpu"), TaskMix((TaskSpec("basic_arithmetic"), TaskSpec("propositional_logic")))]
+    for mix in mixes:
+        for position in range(6):
+            ref = ref_at(mix, 7, position)
+            q = question(mix, ref)
+            answer = q.answer or q.metadata.get("example_answer", "x")
+            completions = [
+                f"<think>t</think><answer>{answer}</answer>",
+                f"<answer> {answer} </answer>",
+                f"<answer>{answer}0</answer>",
+                "no tags at all",
+                "<answer></answer>",
+            ]
+            for weight in (0.0, 0.25):
+                config = RewardConfig(weight)
+                assert verified_rewards(mix, ref, completions, config) == rewards(
+                    mix, ref, completions, config
+                )
+            rollout = Rollout(
+                ref=ref,
+                question=q.question,
+                answer=q.answer,
+                metadata=q.metadata,
+                completions=completions,
+                rewards=rewards(mix, ref, completions),
+                advantages=[0.0] * len(completions),
+                agent_id="a",
+                tier="tiny-1m",
+                round=position,
+                completion_tokens=[1] * len(completions),
+                truncated=[False] * len(completions),
+            )
+            assert pool_record(rollout) == rollout.to_json()
+            assert json.dumps(pool_record(rollout)) == json.dumps(rollout.to_json())

@@ -4,7 +4,6 @@ re-tokenised external rollouts, zero-advantage groups, learning, and exact resum
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -174,13 +173,12 @@ def test_external_rollout_from_another_tokenizer_is_retokenised_and_trained_on(t
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("SWARM_LEARNING_TESTS"),
-    reason="does not pass yet: 30 rounds of GRPO on today's tiny-1m (base reward ~0.14) show no reliable "
-    "gain (measured lr 1e-4..2e-3, 1-4 iterations); set SWARM_LEARNING_TESTS=1 to run it (issue #3 stays open)",
-)
 def test_seeded_run_raises_reward(tiny_policy):
-    """30 rounds of GRPO on tiny-1m: the mean reward of the last rounds beats the first by a margin."""
+    """30 rounds of GRPO on tiny-1m at the tier's learning rate: the mean verified reward of the
+    last 8 rounds beats the first 8 by a clear margin. (What is learnt first is which answer
+    format pays, then sharper answers: docs/tiny-models.md; measured 0.20 -> 0.46 in 40 rounds.)"""
+    from worker.models import tier
+
     torch.manual_seed(0)
     model, tokenizer = tiny_policy
     agent = make_agent(
@@ -191,7 +189,7 @@ def test_seeded_run_raises_reward(tiny_policy):
         group_size=8,
         num_local=8,
         max_new_tokens=16,
-        grpo={"learning_rate": 2e-4, "num_iterations": 2},
+        grpo={"learning_rate": tier("tiny-1m").learning_rate},
     )
     rewards = [agent.run_round()["reward"] for _ in range(30)]
     first, last = sum(rewards[:8]) / 8, sum(rewards[-8:]) / 8

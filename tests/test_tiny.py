@@ -148,6 +148,10 @@ def test_warm_start_rewards_leave_room_for_rl(tiny_1m: Path):
     build = json.loads((tiny_1m / BUILD_FILE).read_text())
     measured = build["measured"]
     assert 0.02 < measured["sampled_reward"] < 0.6
+    # Some answers are in the rewarded format, most are bare (TAGGED_FRACTION): the model knows
+    # more than it is rewarded for, which is RL's first thing to learn.
+    assert 0.1 < measured["sampled_tagged"] < 0.6
+    assert measured["sampled_reward_any_format"] > measured["sampled_reward"] + 0.05
     assert build["params"] < 1.1e6
     assert build["swarm_version"]
 
@@ -162,8 +166,10 @@ def test_warm_start_rewards_leave_room_for_rl(tiny_1m: Path):
     with torch.no_grad():
         output = model.generate(**batch, do_sample=False, max_new_tokens=24)
     completions = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    assert all("<answer>" in text for text in completions)  # the format is learnt
-    assert sum(reward(mix, q.ref, text) for q, text in zip(questions, completions, strict=True)) > 0
+    # Each answer is tagged or bare, nothing else: wrapped in tags, some are right.
+    assert all(text.startswith("<answer>") or "<" not in text for text in completions)
+    wrapped = [text if text.startswith("<answer>") else f"<answer>{text}</answer>" for text in completions]
+    assert sum(reward(mix, q.ref, text) for q, text in zip(questions, wrapped, strict=True)) > 0
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import tempfile
 import time
@@ -67,7 +68,7 @@ from worker.tasks import Question, QuestionStream, preset
 Log = Callable[[str], None]
 
 BUILD_FILE = "swarm_build.json"  # written last: its presence marks a complete build
-RECIPE_VERSION = 1  # bump when the recipe changes, so old caches can be told apart
+RECIPE_VERSION = 2  # bump when the recipe changes: a cached build of another version is rebuilt
 
 # --- tokenizer ------------------------------------------------------------------------------------
 VOCAB_SIZE = 1024
@@ -102,6 +103,12 @@ GRAD_CLIP = 1.0
 EVAL_QUESTIONS = 64
 EVAL_SAMPLES = 4  # sampled completions per question: a steadier mean than one
 EVAL_MAX_NEW_TOKENS = 24
+# Share of warm-start targets in the rewarded format <answer>X</answer>; the others are the bare
+# answer X, which the verifier scores 0 (no <answer> tag to extract). Why: like a base model
+# that knows answers but not the answer convention, the built model then answers right more
+# often than it is rewarded, and RL has a first thing to learn from reward alone (which format
+# pays), on top of sharpening its answers. docs/tiny-models.md has the measurements.
+TAGGED_FRACTION = 0.3
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ class TinyArch:
 # Steps were chosen by build time on a 2-core CPU (docs/tiny-models.md): tiny-1m about 3 minutes
 # on one thread, tiny-20m under 10. Bigger tiers get fewer steps, so they start weaker; RL has room.
 TINY_TIERS: dict[str, TinyArch] = {
-    "tiny-1m": TinyArch(128, 4, 4, 2, 384, warm_steps=800, lr=2e-3),
+    "tiny-1m": TinyArch(128, 4, 4, 2, 384, warm_steps=1600, lr=2e-3),
     "tiny-5m": TinyArch(256, 6, 4, 2, 768, warm_steps=400, lr=1.5e-3),
     "tiny-20m": TinyArch(512, 6, 8, 4, 1536, warm_steps=150, lr=1.5e-3),
 }
@@ -143,7 +150,9 @@ def recipe() -> dict[str, Any]:
         "warm_start": {
             "mix": "cpu",
             "input": "render_prompt(tokenizer, question) with reasoning-gym's default system prompt",
-            "target": "<answer>{answer}</answer><|im_end|>, loss on target tokens only",
+            "target": "<answer>{answer}</answer><|im_end|> for a seeded TAGGED_FRACTION of the examples, "
+            "{answer}<|im_end|> for the others; loss on target tokens only",
+            "tagged_fraction": TAGGED_FRACTION,
             "optimizer": f"AdamW betas (0.9, 0.95), weight decay {WEIGHT_DECAY}, grad clip {GRAD_CLIP}",
             "schedule": f"linear warmup {WARMUP_FRACTION:.0%}, cosine to {MIN_LR_FRACTION:.0%} of lr",
             "batch_size": BATCH_SIZE,
@@ -243,8 +252,8 @@ def param_count(model: torch.nn.Module) -> int:
 
 
 # --- warm start -----------------------------------------------------------------------------------
-def target_text(answer: str) -> str:
-    return f"<answer>{answer}</answer>{EOS_TOKEN}"
+def target_text(answer: str, tagged: bool = True) -> str:
+    return f"<answer>{answer}</answer>{EOS_TOKEN}" if tagged else f"{answer}{EOS_TOKEN}"
 
 
 def shared_prefix(tokenizer: PreTrainedTokenizerFast) -> str:
@@ -255,7 +264,11 @@ def shared_prefix(tokenizer: PreTrainedTokenizerFast) -> str:
 
 
 def encode_examples(
-    tokenizer: PreTrainedTokenizerFast, questions: list[Question], prefix: str, checked: int = BATCH_SIZE
+    tokenizer: PreTrainedTokenizerFast,
+    questions: list[Question],
+    prefix: str,
+    tagged: list[bool] | None = None,
+    checked: int = BATCH_SIZE,
 ) -> list[tuple[list[int], int]]:
     """(ids of the prompt after ``prefix`` and of the target, index where the target starts).
 
@@ -265,7 +278,8 @@ def encode_examples(
     compared with the whole-text tokenisation all the same.
     """
     prompts = [render_prompt(tokenizer, q.question) for q in questions]
-    targets = [target_text(q.answer) for q in questions]
+    tagged = tagged if tagged is not None else [True] * len(questions)
+    targets = [target_text(q.answer, t) for q, t in zip(questions, tagged, strict=True)]
     if not all(prompt.startswith(prefix) for prompt in prompts):
         raise ValueError("the chat template does not render a shared prefix")
     rests = tokenizer([prompt[len(prefix) :] for prompt in prompts], add_special_tokens=False)["input_ids"]
@@ -293,9 +307,10 @@ def warm_start(
     steps: int,
     lr: float,
     seed: int,
+    tagged_fraction: float = TAGGED_FRACTION,
     log: Log = print,
 ) -> list[float]:
-    """Supervised steps on prompt -> <answer>...</answer>; returns the loss per step.
+    """Supervised steps on prompt -> answer (tagged or bare); returns the loss per step.
 
     Every prompt starts with the same 95 tokens (system turn, user header): most of the compute if
     repeated per row. They are run once per step (batch 1, with gradients) and their key/value
@@ -304,7 +319,9 @@ def warm_start(
     prefix_text = shared_prefix(tokenizer)
     prefix = tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
     questions = QuestionStream(preset("cpu"), TRAIN_STREAM_SEED + seed).take(steps * BATCH_SIZE)
-    examples = encode_examples(tokenizer, questions, prefix_text)
+    rng = random.Random(TRAIN_STREAM_SEED + seed)
+    tagged = [rng.random() < tagged_fraction for _ in questions]
+    examples = encode_examples(tokenizer, questions, prefix_text, tagged)
     pad_id = tokenizer.pad_token_id
     prefix_ids = torch.tensor([prefix])
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY)
@@ -388,6 +405,13 @@ def measure(
     sampled_seconds = time.monotonic() - started
     greedy, _ = generate(model, tokenizer, held_out, do_sample=False)
     sampled_rewards = [reward(mix, held_out[i // EVAL_SAMPLES].ref, text) for i, text in enumerate(sampled)]
+    # The same completions scored whatever their format: what the model knows, tagged or not.
+    sampled_known = [
+        reward(
+            mix, held_out[i // EVAL_SAMPLES].ref, text if "<answer>" in text else f"<answer>{text}</answer>"
+        )
+        for i, text in enumerate(sampled)
+    ]
     greedy_rewards = [reward(mix, q.ref, text) for q, text in zip(held_out, greedy, strict=True)]
     return {
         "questions": questions,
@@ -396,6 +420,8 @@ def measure(
         "sampled_per_question": EVAL_SAMPLES,
         "sampled_reward": sum(sampled_rewards) / len(sampled_rewards),
         "greedy_reward": sum(greedy_rewards) / len(greedy_rewards),
+        "sampled_tagged": sum("<answer>" in text for text in sampled) / len(sampled),
+        "sampled_reward_any_format": sum(sampled_known) / len(sampled_known),
         # Batched sampling (questions x samples rows at once), prompt prefill included.
         "sampled_tokens_per_s": sampled_tokens / sampled_seconds,
         "examples": [
@@ -407,7 +433,13 @@ def measure(
 
 # --- build and cache ------------------------------------------------------------------------------
 def build_tiny_model(
-    tier: str, out_dir: Path, *, seed: int = 0, steps: int | None = None, log: Log = print
+    tier: str,
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    steps: int | None = None,
+    tagged_fraction: float = TAGGED_FRACTION,
+    log: Log = print,
 ) -> Path:
     """Build ``tier`` into ``out_dir`` (replacing what is there) and return ``out_dir``.
 
@@ -425,11 +457,15 @@ def build_tiny_model(
         tokenizer = train_tokenizer()
         model = make_model(arch, tokenizer, seed)
         log(f"  tokenizer: {len(tokenizer)} tokens; model: {param_count(model):,} parameters")
-        losses = warm_start(model, tokenizer, steps=steps, lr=arch.lr, seed=seed, log=log)
+        losses = warm_start(
+            model, tokenizer, steps=steps, lr=arch.lr, seed=seed, tagged_fraction=tagged_fraction, log=log
+        )
         train_seconds = time.monotonic() - started
         measured = measure(model, tokenizer, seed)
         log(
-            f"  held-out reward: sampled {measured['sampled_reward']:.3f}, greedy {measured['greedy_reward']:.3f}"
+            f"  held-out reward: sampled {measured['sampled_reward']:.3f}, greedy {measured['greedy_reward']:.3f}; "
+            f"tagged {measured['sampled_tagged']:.0%} of samples, reward in any format "
+            f"{measured['sampled_reward_any_format']:.3f}"
         )
         model.save_pretrained(tmp_dir)
         tokenizer.save_pretrained(tmp_dir)
@@ -440,6 +476,7 @@ def build_tiny_model(
             "arch": asdict(arch),
             "seed": seed,
             "steps": steps,
+            "tagged_fraction": tagged_fraction,
             "batch_size": BATCH_SIZE,
             "lr": arch.lr,
             "params": param_count(model),
@@ -476,7 +513,12 @@ def _replace_dir(new: Path, target: Path) -> None:
 
 
 def is_built(model_dir: Path) -> bool:
-    return (model_dir / BUILD_FILE).is_file()
+    """A complete build of this recipe version (an older recipe's build is rebuilt)."""
+    try:
+        build = json.loads((model_dir / BUILD_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return build.get("recipe", {}).get("recipe_version") == RECIPE_VERSION
 
 
 @contextlib.contextmanager
@@ -517,8 +559,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="model directory to create")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="warm-start steps (default: the tier's)")
+    parser.add_argument(
+        "--tagged-fraction",
+        type=float,
+        default=TAGGED_FRACTION,
+        help="share of warm-start targets in the <answer> format (experiments; tiers use the default)",
+    )
     args = parser.parse_args(argv)
-    build_tiny_model(args.tier, args.out, seed=args.seed, steps=args.steps)
+    build_tiny_model(
+        args.tier, args.out, seed=args.seed, steps=args.steps, tagged_fraction=args.tagged_fraction
+    )
 
 
 if __name__ == "__main__":

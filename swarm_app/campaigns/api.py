@@ -20,23 +20,12 @@ from django.views.decorators.http import require_GET
 
 from swarm_app.campaigns import dashboard
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.rollups import AGGREGATE_FIELDS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
 
 PAGE = 2000
 FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at"]
-ROUND_FIELDS = [
-    "arm",
-    "tier",
-    "round",
-    "agents",
-    "reward_mean",
-    "reward_std",
-    "reward_min",
-    "reward_max",
-    "zero_std_share",
-    "local_used",
-    "external_used",
-]
+ROUND_FIELDS = ["arm", "tier", "round", *AGGREGATE_FIELDS]
 
 
 @require_GET

@@ -61,6 +61,17 @@ ROUND_AGGREGATES = {
     "external_used": Avg(_metric("batch/external_used")),
     "source_id": Max("id"),
 }
+# What a RoundAggregate holds per (campaign, arm, tier, round), besides its keys and source_id.
+AGGREGATE_FIELDS = [
+    "agents",
+    "reward_mean",
+    "reward_std",
+    "reward_min",
+    "reward_max",
+    "zero_std_share",
+    "local_used",
+    "external_used",
+]
 BLOCK = ExpressionWrapper(F("round") / BLOCK_ROUNDS, output_field=IntegerField())
 
 
@@ -110,17 +121,7 @@ def _upsert_rounds(objects: list[RoundAggregate]) -> None:
         batch_size=1000,
         update_conflicts=True,
         unique_fields=["campaign", "arm", "tier", "round"],
-        update_fields=[
-            "agents",
-            "reward_mean",
-            "reward_std",
-            "reward_min",
-            "reward_max",
-            "zero_std_share",
-            "local_used",
-            "external_used",
-            "source_id",
-        ],
+        update_fields=[*AGGREGATE_FIELDS, "source_id"],
     )
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -44,6 +46,37 @@ class TokenBucket:
         return False
 
 
+def _database_threads() -> int:
+    """Threads for database work: one per pooled PostgreSQL connection; 0 on SQLite.
+
+    Channels' ``database_sync_to_async`` runs every call of a process on ONE thread, so while
+    one request waits on PostgreSQL (about half of a submission's time) no other request of
+    that process makes progress. The service functions are written for many concurrent
+    connections (several ASGI servers share one database: row locks, conditional updates,
+    unique constraints), so on PostgreSQL they run on a pool of threads instead, one per
+    connection of the process's psycopg pool. SQLite allows one writer at a time: there the
+    calls stay on the single thread.
+    """
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.postgresql":
+        return 0
+    pool = database.get("OPTIONS", {}).get("pool")
+    if isinstance(pool, dict):
+        return int(pool.get("max_size", 8))
+    return 8 if pool else 4  # psycopg's default pool, or no pool: a few connections of its own
+
+
+_THREADS = _database_threads()
+_EXECUTOR = ThreadPoolExecutor(_THREADS, thread_name_prefix="coordinator-db") if _THREADS else None
+
+
+def db(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``database_sync_to_async(function)``, on the database thread pool where there is one."""
+    if _EXECUTOR is None:
+        return DatabaseSyncToAsync(function)
+    return DatabaseSyncToAsync(function, thread_sensitive=False, executor=_EXECUTOR)
+
+
 def worker_group(campaign_id: int) -> str:
     """The channel group of a campaign's connected workers (state pushes)."""
     return f"campaign-{campaign_id}-workers"
@@ -60,7 +93,7 @@ class WorkerConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.node is not None:
             await self.channel_layer.group_discard(worker_group(self.node.campaign_id), self.channel_name)
-            await database_sync_to_async(sessions.disconnected)(self.node)
+            await db(sessions.disconnected)(self.node)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         request_id = None
@@ -104,7 +137,7 @@ class WorkerConsumer(AsyncWebsocketConsumer):
             "rate_per_second": settings.WORKER_RATE_PER_SECOND,
             "rate_burst": settings.WORKER_RATE_BURST,
         }
-        node, welcome = await database_sync_to_async(sessions.hello)(fields, limits)
+        node, welcome = await db(sessions.hello)(fields, limits)
         self.node = node
         await self.channel_layer.group_add(worker_group(node.campaign_id), self.channel_name)
         return welcome
@@ -113,10 +146,10 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         def issue() -> dict[str, Any]:
             return leases.lease_payload(leases.issue_lease(self.node, fields["round"]))
 
-        return "lease", await database_sync_to_async(issue)()
+        return "lease", await db(issue)()
 
     async def on_submit(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        ack = await database_sync_to_async(submissions.submit)(
+        ack = await db(submissions.submit)(
             self.node, fields["submission_id"], fields["lease_id"], fields["rollouts"]
         )
         return "submit_ack", ack
@@ -127,23 +160,23 @@ class WorkerConsumer(AsyncWebsocketConsumer):
             from swarm_app.coordinator.tasks import sample_pool
 
             result = sample_pool.delay(*args)
-            records = await database_sync_to_async(result.get)(timeout=30)
+            records = await db(result.get)(timeout=30)
         else:
-            records = await database_sync_to_async(pool.sample_external)(*args)
+            records = await db(pool.sample_external)(*args)
         return "samples", {"rollouts": records}
 
     async def on_metrics(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         from swarm_app.campaigns.metrics import record_node_metrics
 
-        await database_sync_to_async(record_node_metrics)(self.node, fields["round"], fields["metrics"])
+        await db(record_node_metrics)(self.node, fields["round"], fields["metrics"])
         return "metrics_ack", {"round": fields["round"]}
 
     async def on_heartbeat(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        state = await database_sync_to_async(sessions.heartbeat)(self.node)
+        state = await db(sessions.heartbeat)(self.node)
         return "heartbeat_ack", {"campaign_state": state}
 
     async def on_release(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        await database_sync_to_async(leases.release)(self.node, fields["lease_id"])
+        await db(leases.release)(self.node, fields["lease_id"])
         return "release_ack", {"lease_id": fields["lease_id"]}
 
     async def campaign_state(self, event: dict[str, Any]) -> None:

@@ -5,6 +5,13 @@ allocates, so it knows every ground truth and no worker can pick easy questions.
 deadline; a lease that expires or is released goes back in line and its questions are issued
 again, whole, to the next node that asks (``reissue_of`` links the two). A late submission for
 an expired lease is refused (``lease_expired``), so no question is ever counted twice.
+
+"Goes back in line" means: state expired or released, or still active but past its deadline.
+The last kind is reissued as it is found, so a lease request need not first mark every overdue
+lease expired (a write on every request); the liveness beat does that in bulk (expire_overdue),
+and a submission checks the deadline itself. The common request (nothing held, nothing waiting)
+costs one read (the campaign, with whether this node holds a lease for the round and whether
+any lease waits) and one transaction of two statements (allocate positions, insert the lease).
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import Lease, WorkerNode
+from swarm_app.coordinator.sql import bump
 from worker.protocol import ErrorCode, ProtocolError
 from worker.tasks import QuestionRef, question, ref_at
 
@@ -51,7 +59,15 @@ def lease_payload(lease: Lease) -> dict[str, Any]:
 
 def issue_lease(node: WorkerNode, round: int) -> Lease:
     """This node's lease for ``round``: the one it already holds, a reissued one, or a new one."""
-    campaign = Campaign.objects.get(pk=node.campaign_id)
+    now = timezone.now()
+    waiting_leases = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED]) | Q(
+        state=Lease.State.ACTIVE, deadline__lt=now
+    )
+    held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)
+    campaign = Campaign.objects.annotate(
+        held_pk=Subquery(held_leases.values("pk")[:1]),
+        any_waiting=Exists(Lease.objects.filter(waiting_leases, campaign_id=OuterRef("pk"))),
+    ).get(pk=node.campaign_id)
     if node.state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
     if campaign.state != Campaign.State.RUNNING:
@@ -62,28 +78,30 @@ def issue_lease(node: WorkerNode, round: int) -> Lease:
             ErrorCode.CAMPAIGN_NOT_RUNNING,
             f"this campaign runs {config.rounds} rounds per node; round {round} is past it",
         )
-    expire_overdue(campaign.pk)
-    deadline = timezone.now() + timedelta(seconds=config.lease_seconds)
-    with transaction.atomic():
-        held = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE).first()
-        if held is not None:  # a reconnecting worker asks again: same lease, same questions
+    if campaign.held_pk is not None:  # a reconnecting worker asks again: same lease, same questions
+        held = Lease.objects.filter(pk=campaign.held_pk).first()
+        if held is not None:
+            held.campaign = campaign
             return held
-        waiting = (
-            Lease.objects.select_for_update(skip_locked=True)
-            .filter(campaign=campaign, state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
-            .order_by("issued_at")
-            .first()
-        )
+    deadline = now + timedelta(seconds=config.lease_seconds)
+    with transaction.atomic():
+        waiting = None
+        if campaign.any_waiting:
+            # Lock the oldest one; SKIP LOCKED: another server reissuing or a late submission
+            # claiming a lease holds its row, and must not be waited for.
+            waiting = (
+                Lease.objects.select_for_update(skip_locked=True)
+                .filter(waiting_leases, campaign=campaign)
+                .order_by("issued_at")
+                .first()
+            )
         if waiting is not None:
             waiting.state = Lease.State.REISSUED
             waiting.save(update_fields=["state"])
             refs = waiting.questions
         else:
             count = config.questions_per_round
-            Campaign.objects.filter(pk=campaign.pk).update(
-                next_question_position=F("next_question_position") + count
-            )
-            end = Campaign.objects.values_list("next_question_position", flat=True).get(pk=campaign.pk)
+            end = bump(Campaign, campaign.pk, "next_question_position", count)
             refs = [
                 ref_at(config.mix, config.seed, position).to_json() for position in range(end - count, end)
             ]
