@@ -32,12 +32,6 @@ scores its two distinct completions per question with the worker's own verifier
 (worker.rewards.reward) once each, instead of constructing Rollout objects and scoring all G
 copies. What the coordinator receives and does is unchanged: every completion is re-scored.
 
-The server is started with ``socket_timeout=10`` on the Redis URL unless the URL sets one:
-redis-py 6+ defaults to a 5 s socket timeout, which equals channels-redis's 5 s BZPOPMIN, so a
-consumer whose event loop is a few milliseconds late reads a timeout and the connection dies
-with 1011 (seen here under load on the first run). swarm_app/settings.py should set it for
-every deployment; until it does, the benchmark sets it for its own server.
-
 Run against PostgreSQL and Redis (the production set-up) or embedded:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
@@ -59,7 +53,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import percentile, setup_django
@@ -181,16 +174,6 @@ async def run_phase(clients: list, seconds: float) -> tuple[float, float]:
     return sum(counts), time.monotonic() - start
 
 
-def redis_url_for_server(url: str) -> str:
-    """``url`` with ``socket_timeout=10`` unless it sets one (see the module docstring)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    query.setdefault("socket_timeout", "10")
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 class ServerCpu:
     """CPU seconds (user + system) of the server side: our daphne processes and PostgreSQL's."""
 
@@ -235,10 +218,9 @@ def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple
     mix = campaign.settings.mix
     cpu = ServerCpu(connection.vendor == "postgresql")
     logs = Path(tempfile.mkdtemp())
-    env = {"REDIS_URL": redis_url_for_server(os.environ.get("REDIS_URL", ""))}
     with contextlib.ExitStack() as stack:
         bases = [
-            stack.enter_context(asgi_server(logs / f"daphne-{i}.log", **env)).replace("http", "ws", 1)
+            stack.enter_context(asgi_server(logs / f"daphne-{i}.log")).replace("http", "ws", 1)
             for i in range(servers)
         ]
         sample = json.dumps(

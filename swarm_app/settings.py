@@ -182,7 +182,16 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            # redis-py 8 reads with a 5 s socket timeout by default, exactly channels-redis's 5 s
+            # blocking wait for the next message (BZPOPMIN): an idle consumer's read could time
+            # out first and close its websocket with 1011 (seen in the coordinator bench, and a
+            # dashboard that lost its socket this way missed live points). The read timeout
+            # must outlast the wait.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "capacity": 1000,
+                "expiry": 60,
+            },
         }
     }
     CELERY_BROKER_URL = REDIS_URL

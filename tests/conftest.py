@@ -25,9 +25,19 @@ def coordinator(transactional_db, tmp_path: Path) -> Iterator[str]:
 def tiny_1m_dir() -> Path:
     """The built-in tiny-1m tier, built once into the model cache and reused."""
     from worker.models import model_cache_dir
-    from worker.tiny import ensure_tiny_model
+    from worker.tiny import ensure_tiny_model, is_built
 
-    return ensure_tiny_model("tiny-1m", model_cache_dir())
+    cache = model_cache_dir()
+    if is_built(cache / "tiny-1m"):
+        return cache / "tiny-1m"
+    # A first build runs while nothing else computes (servers of the test that asked are idle):
+    # it may use every core, then the tests go back to one thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        return ensure_tiny_model("tiny-1m", cache)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -40,7 +50,14 @@ def tiny_policy(tiny_1m_dir):
 
 # Modules that never touch the coordinator's database, broker or channel layer: their outcome
 # cannot depend on the mode, so CI runs them once (in the PostgreSQL + Redis pass), not twice.
-ENGINE_MODULES = {"test_engine_core", "test_engine_model", "test_tiny", "test_vllm", "test_client_unit"}
+ENGINE_MODULES = {
+    "test_engine_core",
+    "test_engine_model",
+    "test_tiny",
+    "test_vllm",
+    "test_client_unit",
+    "test_study",
+}
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -38,9 +38,11 @@ def make_agent(model, tokenizer, transport, agent_id="agent-0", **overrides) -> 
     )
 
 
+@pytest.mark.parametrize("share_prefix", [True, False])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_learner_scores_exactly_what_the_sampler_sampled(tiny_policy, temperature):
-    """Left-padding, position ids and temperature agree between generate and the learner."""
+def test_learner_scores_exactly_what_the_sampler_sampled(tiny_policy, temperature, share_prefix):
+    """Left-padding, position ids and temperature agree between generate and the learner, with
+    the prompts' shared prefix run once (the trainer's way) or in every row."""
     model, tokenizer = tiny_policy
     questions = QuestionStream(MIX, seed=1).take(3)  # different prompt lengths -> left padding
     prompts = [render_prompt(tokenizer, q.question) for q in questions]
@@ -70,14 +72,57 @@ def test_learner_scores_exactly_what_the_sampler_sampled(tiny_policy, temperatur
             ids = ids[: ids.index(tokenizer.eos_token_id) + 1]
         prompt_ids = tokenizer(prompts[row // 2], add_special_tokens=False)["input_ids"]
         samples.append(TrainSample(prompt_ids, ids, 0.0))
-    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"), mask_truncated=False)
+    batch = collate(
+        samples, tokenizer.pad_token_id, torch.device("cpu"), mask_truncated=False, share_prefix=share_prefix
+    )
+    assert (batch.prefix_ids is not None) == share_prefix
     with torch.no_grad():
         learner_logp, _ = completion_logprobs(
-            model, batch.input_ids, batch.attention_mask, batch.num_completion_tokens, temperature
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.num_completion_tokens,
+            temperature,
+            prefix_ids=batch.prefix_ids,
         )
     for row, sample in enumerate(samples):
         n = len(sample.completion_ids)
         torch.testing.assert_close(learner_logp[row, :n], sampler_logp[row, :n], atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prefix_gives_the_same_logprobs_and_gradients(tiny_policy):
+    """Running the common prefix once and repeating its cache over the rows is an optimisation,
+    not an approximation: log-probs, entropies and every parameter's gradient equal full rows."""
+    model, tokenizer = tiny_policy
+    questions = QuestionStream(MIX, seed=4).take(4)
+    samples = []
+    for i, q in enumerate(questions):
+        prompt_ids = tokenizer(render_prompt(tokenizer, q.question), add_special_tokens=False)["input_ids"]
+        completion = tokenizer(f"<answer>{q.answer}</answer>", add_special_tokens=False)["input_ids"]
+        samples.append(TrainSample(prompt_ids, [*completion[: 3 + i], tokenizer.eos_token_id], 1.0 - i / 2))
+    results = []
+    for share in (False, True):
+        batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"), False, share_prefix=share)
+        model.zero_grad(set_to_none=True)
+        logp, entropy = completion_logprobs(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.num_completion_tokens,
+            0.9,
+            with_entropy=True,
+            prefix_ids=batch.prefix_ids,
+        )
+        (logp * batch.completion_mask * batch.advantages[:, None]).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((logp * batch.completion_mask, entropy * batch.completion_mask, grads, batch))
+    (full_logp, full_entropy, full_grads, _), (logp, entropy, grads, shared) = results
+    assert shared.prefix_ids.shape[1] >= 90  # the system turn and user header
+    assert shared.input_ids.shape[1] < 40
+    torch.testing.assert_close(logp, full_logp, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy, full_entropy, atol=2e-5, rtol=1e-5)
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_zero_advantage_groups_add_no_gradient(tiny_policy):

@@ -2,6 +2,8 @@
 
 swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
+swarm-worker study [--quick]        run the SAPO table study (issue #8), resumable
+swarm-worker study-report [JSON]    write its markdown report and plots
 """
 
 from __future__ import annotations
@@ -161,6 +163,74 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study(args: argparse.Namespace) -> int:
+    """Run (or resume) the SAPO table study; results after every cell."""
+    from worker.study import DEFAULT_JOBS, DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError, run_study
+
+    base = StudyConfig.quick_config() if args.quick else StudyConfig()
+    # A quick run stays in one process: spawning a second costs more than its few cells.
+    jobs = args.jobs or (1 if args.quick else DEFAULT_JOBS)
+    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    if args.quick and out.resolve() == DEFAULT_OUT.resolve():
+        # The documented results must come from a full run, never from a smoke test.
+        print(f"swarm-worker study: a --quick run does not write {DEFAULT_OUT}", file=sys.stderr)
+        return 2
+    # The same seeds for every arm: that is what makes the arms' differences pair.
+    seeds = list(range(args.first_seed, args.first_seed + (args.seeds or len(base.seeds))))
+    overrides = {
+        "agents": args.agents,
+        "rounds": args.rounds,
+        "group_size": args.group_size,
+        "max_new_tokens": args.max_new_tokens,
+        "tier": args.tier,
+        "tasks": args.tasks,
+        "learning_rate": args.lr,
+        "num_iterations": args.num_iterations,
+    }
+    try:
+        values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
+        if args.arms:
+            values["arms"] = args.arms.split(",")
+        if args.lr is None and args.tier and args.tier != base.tier:
+            values["learning_rate"] = None  # the chosen tier's default, not tiny-1m's
+        config = StudyConfig(**values)
+        print(
+            f"study: {len(config.arms)} arms x {len(config.seeds)} seeds x {config.agents} agents x "
+            f"{config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
+            f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
+            flush=True,
+        )
+        run_study(config, out, jobs=jobs, verbose=args.verbose, log=lambda m: print(m, flush=True))
+    except StudyError as error:
+        print(f"swarm-worker study: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"swarm-worker study: interrupted; finished cells are in {out}, rerun to resume", file=sys.stderr
+        )
+        return 130
+    print(f"results: {out}\nreport:  swarm-worker study-report {out}")
+    return 0
+
+
+def cmd_study_report(args: argparse.Namespace) -> int:
+    """Write the study's markdown report and PNG plots from its results JSON."""
+    from worker.study import write_report
+
+    if not args.results.exists():
+        print(f"swarm-worker study-report: no results at {args.results}", file=sys.stderr)
+        return 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo[study]')", file=sys.stderr
+        )
+        return 2
+    print(f"report: {write_report(args.results, args.out, args.resamples)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
@@ -235,6 +305,42 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
+
+    study = sub.add_parser(
+        "study", help="run the SAPO table study (6 arms x seeds); resumable, results after every cell"
+    )
+    study.add_argument("--quick", action="store_true", help="a smoke test: 2 agents, 2 rounds, 2 seeds, G 2")
+    study.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results JSON (default: docs/experiments/sapo-table-cpu.json; --quick: a temp dir)",
+    )
+    study.add_argument("--seeds", type=int, default=None, help="number of seeds (default 6; --quick 2)")
+    study.add_argument("--first-seed", type=int, default=0)
+    study.add_argument("--rounds", type=int, default=None, help="rounds per cell (default 25; --quick 2)")
+    study.add_argument("--agents", type=int, default=None, help="agents per cell (default 8; --quick 2)")
+    study.add_argument("--group-size", type=int, default=None, help="G (default 8; --quick 2)")
+    study.add_argument("--max-new-tokens", type=int, default=None, help="default 16; --quick 4")
+    study.add_argument("--tier", default=None, help="default tiny-1m")
+    study.add_argument("--tasks", default=None, help="task preset (default cpu)")
+    study.add_argument("--lr", type=float, default=None, help="default: the tier's")
+    study.add_argument("--num-iterations", type=int, default=None, help="GRPO passes per round (default 1)")
+    study.add_argument("--arms", default=None, help="comma-separated subset of the six arms (default all)")
+    study.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="processes, one torch thread each (default: 2, or 1 on one core)",
+    )
+    study.add_argument("-v", "--verbose", action="store_true", help="a line per round")
+    study.set_defaults(func=cmd_study)
+
+    report = sub.add_parser("study-report", help="write the SAPO table study's report and plots")
+    report.add_argument("results", type=Path, nargs="?", default=Path("docs/experiments/sapo-table-cpu.json"))
+    report.add_argument("--out", type=Path, default=None, help="markdown path (default: the JSON's, .md)")
+    report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    report.set_defaults(func=cmd_study_report)
     return parser
 
 

@@ -13,12 +13,13 @@ act; with mu = 1 the ratio is exactly 1 and only the advantage-weighted log-like
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-from worker.logprobs import completion_logprobs
+from worker.logprobs import common_prefix_length, completion_logprobs
 from worker.loss import grpo_loss
 
 
@@ -52,6 +53,10 @@ class GRPOConfig:
         return asdict(self)
 
 
+# A shared prefix shorter than this is not worth a separate forward pass.
+MIN_SHARED_PREFIX = 16
+
+
 @dataclass
 class TrainSample:
     prompt_ids: list[int]
@@ -68,14 +73,32 @@ class _MicroBatch:
     completion_mask: torch.Tensor  # [b, T]  tokens that count in the loss
     advantages: torch.Tensor  # [b]
     num_completion_tokens: int  # T
+    prefix_ids: torch.Tensor | None = None  # [1, L]: tokens every row's prompt starts with, run once
     old_logp: torch.Tensor | None = None  # [b, T]
     ref_logp: torch.Tensor | None = None  # [b, T]
 
 
 def collate(
-    samples: list[TrainSample], pad_id: int, device: torch.device, mask_truncated: bool
+    samples: list[TrainSample],
+    pad_id: int,
+    device: torch.device,
+    mask_truncated: bool,
+    share_prefix: bool = True,
 ) -> _MicroBatch:
-    """Left-pad prompts and right-pad completions to ``[pad.. prompt | completion ..pad]``."""
+    """Left-pad prompts and right-pad completions to ``[pad.. prompt | completion ..pad]``.
+
+    With ``share_prefix``, the tokens every prompt starts with (at least MIN_SHARED_PREFIX of
+    them; one prompt token per row is always kept in the row) become ``prefix_ids`` and are cut
+    from the rows: worker/logprobs.py runs them once per micro-batch.
+    """
+    prefix_ids = None
+    shared = min(
+        common_prefix_length([s.prompt_ids for s in samples]),
+        min(len(s.prompt_ids) for s in samples) - 1,
+    )
+    if share_prefix and shared >= MIN_SHARED_PREFIX:
+        prefix_ids = torch.tensor([samples[0].prompt_ids[:shared]], device=device)
+        samples = [dataclasses.replace(s, prompt_ids=s.prompt_ids[shared:]) for s in samples]
     P = max(len(s.prompt_ids) for s in samples)
     T = max(1, max(len(s.completion_ids) for s in samples))
     b = len(samples)
@@ -97,6 +120,7 @@ def collate(
         completion_mask=completion_mask.to(device),
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
         num_completion_tokens=T,
+        prefix_ids=prefix_ids,
     )
 
 
@@ -150,6 +174,7 @@ class GRPOLearner:
                             mb.attention_mask,
                             mb.num_completion_tokens,
                             cfg.temperature,
+                            prefix_ids=mb.prefix_ids,
                         )
                     if self.ref_model is not None:
                         mb.ref_logp, _ = completion_logprobs(
@@ -158,6 +183,7 @@ class GRPOLearner:
                             mb.attention_mask,
                             mb.num_completion_tokens,
                             cfg.temperature,
+                            prefix_ids=mb.prefix_ids,
                         )
 
         totals = {"loss": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
@@ -171,6 +197,7 @@ class GRPOLearner:
                     mb.num_completion_tokens,
                     cfg.temperature,
                     with_entropy=iteration == 0,
+                    prefix_ids=mb.prefix_ids,
                 )
                 old_logp = mb.old_logp if mb.old_logp is not None else logp.detach()
                 out = grpo_loss(

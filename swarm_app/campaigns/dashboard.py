@@ -26,11 +26,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from django.db.models import Avg, Count, Q
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import BLOCK_ROUNDS, refresh_rollups
+from worker import stats
 
 MAX_POINTS = 500
 BOOTSTRAP_RESAMPLES = 2000
@@ -50,18 +50,10 @@ def bootstrap_interval(
 ) -> tuple[float, float] | None:
     """Percentile bootstrap interval of the mean of ``values`` (None without values).
 
-    Seeded, so a page shows the same interval on every load for the same data.
+    Seeded, so a page shows the same interval on every load for the same data. The one
+    implementation is :func:`worker.stats.bootstrap_interval` (the SAPO table study uses it too).
     """
-    data = np.asarray(values, dtype=float)
-    if data.size == 0:
-        return None
-    if data.size == 1:
-        return float(data[0]), float(data[0])
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
+    return stats.bootstrap_interval(values, resamples, confidence, seed)
 
 
 def gain_percent(value: float | None, baseline: float | None) -> float | None:

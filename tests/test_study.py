@@ -1,0 +1,232 @@
+"""The SAPO table study (issue #8): its statistics on inputs with known answers, the report's
+honesty on synthetic results, and the quick study end to end through the real CLI (results
+after every cell, resume without recomputing, report with plots)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from worker import stats
+from worker.study import (
+    ARM_ORDER,
+    PAPER_CUMULATIVE,
+    StudyConfig,
+    StudyError,
+    _open_results,
+    analyse,
+    answer,
+    campaign_overrides,
+    write_report,
+)
+
+# --- statistics with known answers ---------------------------------------------------------------
+
+
+def test_identical_arms_give_p_one_and_an_interval_of_zero():
+    a = [3.1, 2.7, 4.4, 3.9, 2.2, 3.3]
+    assert stats.sign_flip_test(a, a).p_value == 1.0
+    assert stats.paired_bootstrap_interval(a, a) == (0.0, 0.0)
+    assert stats.paired_ratio_interval(a, a) == (0.0, 0.0)
+
+
+def test_a_constant_shift_gives_exactly_that_shift():
+    # Dyadic values, so a_i + 0.25 - a_i is exactly 0.25 in floating point.
+    b = [1.5, 2.25, 3.0, 0.75, 5.5]
+    a = [x + 0.25 for x in b]
+    assert stats.paired_bootstrap_interval(a, b) == (0.25, 0.25)
+    assert stats.paired_ratio_interval([2 * x for x in b], b) == (1.0, 1.0)  # a = 2b: gain exactly +100%
+    # All five differences positive: only the identity and the all-flipped pattern reach |mean|.
+    result = stats.sign_flip_test(a, b)
+    assert result.exact and result.p_value == 2 / 32 == result.min_p_value
+
+
+def test_exact_sign_flip_p_values_computed_by_hand():
+    # d = (1, 2, 3): the 8 signed sums are +-6, +-4, +-2, 0, 0; |sum| >= 6 for 2 of them.
+    assert stats.sign_flip_test([1, 2, 3], [0, 0, 0]).p_value == pytest.approx(2 / 8)
+    # d = (3, -1, 2, 1), |d| sums to 7, observed |sum| = 5. Negating a subset of sum N gives
+    # |7 - 2N| >= 5 iff N <= 1 or N >= 6: {}, {1}, {1'} and their complements, 6 of 16.
+    assert stats.sign_flip_test([3, -1, 2, 1], [0, 0, 0, 0]).p_value == pytest.approx(6 / 16)
+    assert stats.sign_flip_test([5.0], [1.0]).p_value == 1.0  # one pair can never reject
+
+
+def test_monte_carlo_sign_flip_is_seeded_and_close_to_exact():
+    d = [1.0, 2.0, 3.0, -0.5, 1.5]
+    exact = stats.sign_flip_test(d, [0.0] * 5).p_value
+    mc = stats.sign_flip_test(d, [0.0] * 5, resamples=20_000, exact_max_n=0)
+    assert not mc.exact and mc.p_value == pytest.approx(exact, abs=0.01)
+    assert stats.sign_flip_test(d, [0.0] * 5, resamples=20_000, exact_max_n=0) == mc
+
+
+def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_data():
+    rng = np.random.default_rng(3)
+    small, large = rng.normal(5.0, 1.0, 10), rng.normal(5.0, 1.0, 1000)
+    lo_s, hi_s = stats.bootstrap_interval(small)
+    lo_l, hi_l = stats.bootstrap_interval(large)
+    assert lo_s < small.mean() < hi_s and lo_l < large.mean() < hi_l
+    assert (hi_l - lo_l) < (hi_s - lo_s) / 5  # width ~ 1/sqrt(n): 10x narrower for 100x data
+    assert stats.bootstrap_interval(small) == (lo_s, hi_s)  # seeded
+    assert stats.bootstrap_interval([]) is None and stats.bootstrap_interval([2.0]) == (2.0, 2.0)
+
+
+def test_holm_adjustment():
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+# --- analysis and report on synthetic results --------------------------------------------------
+
+
+def synthetic(shift: float, seeds: int, noise: float = 0.02, rounds: int = 12) -> dict:
+    """Results in the study's shape: 4/4 and 6/2 exceed every other arm by ``shift`` per round."""
+    rng = np.random.default_rng(11)
+    base = {s: 0.2 + 0.01 * np.arange(rounds) + rng.normal(0, noise, rounds) for s in range(seeds)}
+    curves = {
+        name: {
+            str(s): [round(float(v), 6) for v in base[s] + (shift if name in ("4/4", "6/2") else 0.0)]
+            for s in range(seeds)
+        }
+        for name in ARM_ORDER
+    }
+    config = {
+        **StudyConfig(rounds=rounds, seeds=list(range(seeds))).settings(),
+        "seeds": list(range(seeds)),
+        "arms": list(ARM_ORDER),
+        "cumulative_reward": "sum over rounds of the per-round mean reward over the agents",
+        "complete": True,
+        "cells_done": seeds * 6,
+        "cells_total": seeds * 6,
+        "cells": {},
+    }
+    arms = {name: [round(sum(curves[name][str(s)]), 6) for s in range(seeds)] for name in ARM_ORDER}
+    return {"config": config, "arms": arms, "curves": curves}
+
+
+def test_the_answer_claims_only_what_the_numbers_support():
+    # Noise only (4/4 and 6/2 get other noise than the rest): inconclusive, never a yes or no.
+    results = synthetic(0.0, 6)
+    rng = np.random.default_rng(5)
+    for name in ("4/4", "6/2"):
+        for seed, curve in results["curves"][name].items():
+            results["curves"][name][seed] = [r + float(rng.normal(0, 0.02)) for r in curve]
+            results["arms"][name][int(seed)] = sum(results["curves"][name][seed])
+    text = "\n".join(answer(results, analyse(results, 2000)))
+    assert "Inconclusive" in text and "Yes" not in text and "No," not in text
+    # Identical arms: said as such.
+    text = "\n".join(answer(r := synthetic(0.0, 6), analyse(r, 2000)))
+    assert "identical cumulative rewards on all 6 seeds" in text
+    # A clear shift over 6 seeds: every seed agrees, p = 2/64 < 0.05.
+    text = "\n".join(answer(r := synthetic(0.05, 6), analyse(r, 2000)))
+    assert text.split("?**")[1].strip().startswith("Yes")
+    # The same shift over 5 seeds cannot reach p < 0.05 (2/32): not established.
+    text = "\n".join(answer(r := synthetic(0.05, 5), analyse(r, 2000)))
+    assert "Not established" in text and "0.062" in text
+
+
+def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
+    results = tmp_path / "study.json"
+    results.write_text(json.dumps(synthetic(0.03, 4)))
+    report = write_report(results, resamples=2000)
+    text = report.read_text()
+    assert "| 4/4 |" in text and f"{PAPER_CUMULATIVE['4/4']:.2f}" in text and "+94.6%" in text
+    assert "| 4/4 - 8/0-filtered |" in text and "## Answer" in text
+    for name in ("curves", "cumulative", "differences"):
+        png = tmp_path / f"study-{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png.name})" in text
+
+
+def test_campaign_preset_runs_the_same_arms():
+    """Each study arm is a `sapo-table` campaign's swarm arm or one of its controls."""
+    from worker.arms import controls_for
+    from worker.campaign import sapo_table_config
+    from worker.study import arm_by_name
+
+    for name, arm in arm_by_name().items():
+        config = sapo_table_config(**campaign_overrides(name)).validate()
+        swarm = config.agent_config(config.tiers[0], seed=0)
+        as_run = (swarm.num_local, swarm.num_external, swarm.local_strategy, swarm.external_strategy)
+        wanted = (arm.num_local, arm.num_external, arm.local_strategy, arm.external_strategy)
+        if arm.shares:
+            assert as_run == wanted, name
+        else:
+            assert config.controls.isolated and config.controls.filtered
+            controls = {c.name: c for c in controls_for(arm_by_name()["4/4"])}
+            assert controls[name] == arm
+
+
+# --- the quick study end to end ------------------------------------------------------------------
+
+
+def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SWARM_MODEL_CACHE": str(cache), "SWARM_TEST_TORCH_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path):
+    out = tmp_path / "quick" / "sapo-table-cpu.json"
+    first = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results) == {"config", "arms", "curves"}
+    config = results["config"]
+    assert config["quick"] and config["complete"] and config["seeds"] == [0, 1]
+    assert config["rounds"] == 2 and config["elapsed_seconds"] > 0 and config["versions"]["torch"]
+    assert list(results["arms"]) == ARM_ORDER == list(results["curves"])
+    for name in ARM_ORDER:
+        assert len(results["arms"][name]) == 2
+        for seed, cumulative in zip(config["seeds"], results["arms"][name], strict=True):
+            curve = results["curves"][name][str(seed)]
+            assert len(curve) == 2 and all(0 <= r <= 1 for r in curve)
+            assert cumulative == pytest.approx(sum(curve))
+
+    # Resume: drop one finished cell; a rerun computes only that one and keeps the others.
+    removed = results["curves"]["2/6"].pop("1")
+    del results["config"]["cells"]["2/6|1"]
+    out.write_text(json.dumps(results))
+    second = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "11 cells done, 1 to run" in second.stdout
+    assert second.stdout.count(" seed ") == 1 and "2/6 seed 1" in second.stdout
+    resumed = json.loads(out.read_text())
+    for key, cell in results["config"]["cells"].items():
+        assert resumed["config"]["cells"][key] == cell  # not recomputed (same measured seconds)
+    assert resumed["curves"]["2/6"]["1"] == removed  # seeded: the rerun cell is the same cell
+    assert resumed["config"]["complete"]
+
+    report = run_cli("study-report", str(out), "--resamples", "500", cache=tiny_1m_dir.parent)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = out.with_suffix(".md").read_text()
+    assert "| arm | cumulative reward" in text and "| 4/4 - 8/0-filtered |" in text
+    assert "Quick smoke-test run" in text
+    for name in ("curves", "cumulative", "differences"):
+        assert (out.parent / f"sapo-table-cpu-{name}.png").stat().st_size > 1000
+
+
+def test_resume_refuses_other_settings_and_quick_runs_never_write_the_docs(tmp_path: Path):
+    out = tmp_path / "r.json"
+    quick = StudyConfig.quick_config()
+    out.write_text(json.dumps(_open_results(out, quick)))
+    with pytest.raises(StudyError, match="rounds"):
+        _open_results(out, StudyConfig(**{**quick.__dict__, "rounds": 3}))
+    # More seeds extend a study; they never drop what it holds.
+    extended = _open_results(out, StudyConfig(**{**quick.__dict__, "seeds": [0, 1, 2]}))
+    assert extended["config"]["seeds"] == [0, 1, 2]
+
+    from worker.cli import main
+
+    assert main(["study", "--quick", "--out", "docs/experiments/sapo-table-cpu.json"]) == 2
