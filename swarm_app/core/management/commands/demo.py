@@ -4,7 +4,9 @@ One command shows a swarm learning next to its isolated controls on one machine:
 
 1. migrate the database (embedded SQLite unless DATABASE_URL is set);
 2. create a staff account with a generated password (printed once) if there is none;
-3. build the tiny CPU tiers once (cached in the model cache, reused by later runs);
+3. build the tiny CPU tiers once (cached in the model cache, reused by later runs): the first
+   tier before anything starts, the others in the background while the first one's swarm runs
+   (their workers start when their model is built);
 4. create a ``cpu-demo`` campaign and a worker token, and launch it (the controls are queued);
 5. start the ASGI server, a Celery worker with beat, and N local workers per tier;
 6. print the dashboard URL and a status line every few seconds until the campaign completes,
@@ -22,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import webbrowser
 from pathlib import Path
@@ -37,6 +40,49 @@ from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(settings.BASE_DIR)
 DEMO_USER = "organizer"
+
+
+class BackgroundBuild:
+    """A tiny tier's model built on a daemon thread (Ctrl-C must not wait for it; a build cut
+    short leaves only a temporary directory, which the next build removes)."""
+
+    def __init__(self, name: str, write) -> None:
+        from worker.models import model_cache_dir
+        from worker.tiny import is_built
+
+        self.name = name
+        self.write = write
+        self.cache = model_cache_dir()
+        self.cached = is_built(self.cache / name)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.reported = False
+        if not self.cached:
+            self.write(f"model {name}: building in the background; its workers start when it is built")
+        threading.Thread(target=self.run, name=f"build-{name}", daemon=True).start()
+
+    def run(self) -> None:
+        import torch
+
+        from worker.tiny import ensure_tiny_model
+
+        started = time.monotonic()
+        try:
+            if not self.cached:
+                # One thread: the running swarm has the cores (oversubscribed torch threads run
+                # several times slower, docs/tiny-models.md).
+                torch.set_num_threads(1)
+            path = ensure_tiny_model(self.name, self.cache, log=self.quiet_log)
+            self.write(f"model {self.name}: {path} ({time.monotonic() - started:.0f} s)")
+        except BaseException as error:  # reported by the status loop, which stops the demo
+            self.error = error
+        finally:
+            self.done.set()
+
+    def quiet_log(self, message: str) -> None:
+        # Step-by-step progress would interleave with the status lines; keep the summary.
+        if "held-out" in message:
+            self.write(f"  {self.name}: {message.strip()}")
 
 
 class Children:
@@ -118,9 +164,14 @@ class Command(BaseCommand):
         for name in tiers:
             if not tier(name).cpu_ok:
                 raise CommandError(f"tier {name} needs a GPU; the demo runs CPU tiers")
-            started = time.monotonic()
-            path = ensure_tiny_model(name, model_cache_dir(), log=lambda m: self.stdout.write(f"  {m}"))
-            self.stdout.write(f"model {name}: {path} ({time.monotonic() - started:.0f} s)")
+        # The first tier is built (if need be) before anything starts; the others build in the
+        # background while the first one's swarm already runs, so a fresh machine shows a
+        # learning swarm minutes earlier. Their workers start once their model is there; their
+        # controls wait on the model's build lock meanwhile (heartbeating, so not requeued).
+        started = time.monotonic()
+        path = ensure_tiny_model(tiers[0], model_cache_dir(), log=lambda m: self.stdout.write(f"  {m}"))
+        self.stdout.write(f"model {tiers[0]}: {path} ({time.monotonic() - started:.0f} s)")
+        building = {name: BackgroundBuild(name, self.stdout.write) for name in tiers[1:]}
 
         overrides = {"tiers": tiers}
         if opts["rounds"]:
@@ -167,7 +218,8 @@ class Command(BaseCommand):
         try:
             self.wait_http(url, children)
             launch(campaign)
-            for name in tiers:
+
+            def start_workers(name: str) -> None:
                 for index in range(opts["workers"]):
                     data_dir = demo_dir / "workers" / f"campaign-{campaign.pk}" / f"{name}-{index}"
                     children.start(
@@ -189,6 +241,11 @@ class Command(BaseCommand):
                         SWARM_TOKEN=secret,
                         **env,
                     )
+
+            start_workers(tiers[0])
+            for name, build in building.items():
+                if build.done.wait(timeout=0.5 if build.cached else 0) and build.error is None:
+                    start_workers(name)
             self.stdout.write(self.style.SUCCESS(f"dashboard: {url}{campaign.get_absolute_url()}"))
             self.stdout.write(f"logs: {demo_dir}/*.log   (Ctrl-C stops everything)")
             if opts["browser"] or (
@@ -198,6 +255,13 @@ class Command(BaseCommand):
             deadline = time.monotonic() + opts["minutes"] * 60 if opts["minutes"] else None
             while True:
                 time.sleep(opts["status_every"])
+                for name, build in building.items():
+                    if build.done.is_set() and not build.reported:
+                        build.reported = True
+                        if build.error is not None:
+                            raise CommandError(f"building {name} failed: {build.error}")
+                        if not any(n.startswith(f"worker-{name}-") for n, _ in children.procs):
+                            start_workers(name)
                 campaign.refresh_from_db()
                 self.stdout.write(self.status_line(campaign))
                 if complete_if_done(campaign) or campaign.is_finished:
