@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import webbrowser
 from pathlib import Path
@@ -40,49 +39,6 @@ from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(settings.BASE_DIR)
 DEMO_USER = "organizer"
-
-
-class BackgroundBuild:
-    """A tiny tier's model built on a daemon thread (Ctrl-C must not wait for it; a build cut
-    short leaves only a temporary directory, which the next build removes)."""
-
-    def __init__(self, name: str, write) -> None:
-        from worker.models import model_cache_dir
-        from worker.tiny import is_built
-
-        self.name = name
-        self.write = write
-        self.cache = model_cache_dir()
-        self.cached = is_built(self.cache / name)
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self.reported = False
-        if not self.cached:
-            self.write(f"model {name}: building in the background; its workers start when it is built")
-        threading.Thread(target=self.run, name=f"build-{name}", daemon=True).start()
-
-    def run(self) -> None:
-        import torch
-
-        from worker.tiny import ensure_tiny_model
-
-        started = time.monotonic()
-        try:
-            if not self.cached:
-                # One thread: the running swarm has the cores (oversubscribed torch threads run
-                # several times slower, docs/tiny-models.md).
-                torch.set_num_threads(1)
-            path = ensure_tiny_model(self.name, self.cache, log=self.quiet_log)
-            self.write(f"model {self.name}: {path} ({time.monotonic() - started:.0f} s)")
-        except BaseException as error:  # reported by the status loop, which stops the demo
-            self.error = error
-        finally:
-            self.done.set()
-
-    def quiet_log(self, message: str) -> None:
-        # Step-by-step progress would interleave with the status lines; keep the summary.
-        if "held-out" in message:
-            self.write(f"  {self.name}: {message.strip()}")
 
 
 class Children:
@@ -109,19 +65,24 @@ class Children:
     def dead(self) -> list[str]:
         return [name for name, proc in self.procs if proc.poll() is not None and proc.returncode != 0]
 
-    def stop(self, names_first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> None:
+    def stop(self, names_first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> list[str]:
+        """SIGTERM to every child's process group, then SIGKILL to those still running after
+        ``timeout`` seconds; returns the names of the killed ones."""
         ordered = [p for p in self.procs if p[0].startswith(names_first)]
         ordered += [p for p in reversed(self.procs) if p not in ordered]
         for _, proc in ordered:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for _, proc in ordered:
+        killed = []
+        for name, proc in ordered:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+                killed.append(name)
+        return killed
 
 
 class Command(BaseCommand):
@@ -148,7 +109,7 @@ class Command(BaseCommand):
         from swarm_app.coordinator.tokens import create_token
         from worker.campaign import cpu_demo_config
         from worker.models import model_cache_dir, tier
-        from worker.tiny import ensure_tiny_model
+        from worker.tiny import ensure_tiny_model, is_built
 
         demo_dir = Path(settings.DATA_DIR) / "demo"
         if opts["reset"]:
@@ -164,14 +125,16 @@ class Command(BaseCommand):
         for name in tiers:
             if not tier(name).cpu_ok:
                 raise CommandError(f"tier {name} needs a GPU; the demo runs CPU tiers")
-        # The first tier is built (if need be) before anything starts; the others build in the
-        # background while the first one's swarm already runs, so a fresh machine shows a
+        # One model cache for the demo and every child it starts (server, Celery, workers): a
+        # worker's own default would be inside its data directory, and it would build again.
+        cache = model_cache_dir(Path(settings.DATA_DIR))
+        # The first tier is built (if need be) before anything starts; the others build in
+        # child processes while the first one's swarm already runs, so a fresh machine shows a
         # learning swarm minutes earlier. Their workers start once their model is there; their
         # controls wait on the model's build lock meanwhile (heartbeating, so not requeued).
         started = time.monotonic()
-        path = ensure_tiny_model(tiers[0], model_cache_dir(), log=lambda m: self.stdout.write(f"  {m}"))
+        path = ensure_tiny_model(tiers[0], cache, log=lambda m: self.stdout.write(f"  {m}"))
         self.stdout.write(f"model {tiers[0]}: {path} ({time.monotonic() - started:.0f} s)")
-        building = {name: BackgroundBuild(name, self.stdout.write) for name in tiers[1:]}
 
         overrides = {"tiers": tiers}
         if opts["rounds"]:
@@ -185,8 +148,23 @@ class Command(BaseCommand):
         children = Children(demo_dir)
         port = opts["port"]
         url = f"http://127.0.0.1:{port}"
-        env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1"}
+        env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1", "SWARM_MODEL_CACHE": str(cache)}
         python = sys.executable
+        # Later tiers not yet built: one build process each, on one thread (the running swarm has
+        # the cores; oversubscribed torch threads run several times slower, docs/tiny-models.md).
+        building: dict[str, tuple[subprocess.Popen, float]] = {}
+        for name in tiers[1:]:
+            if not is_built(cache / name):
+                build = children.start(
+                    f"build-{name}",
+                    [python, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
+                    **env,
+                )
+                building[name] = (build, time.monotonic())
+                self.stdout.write(
+                    f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
+                    "its workers start when it is built"
+                )
         children.start(
             "daphne",
             daphne_command(python, port),
@@ -242,9 +220,8 @@ class Command(BaseCommand):
                         **env,
                     )
 
-            start_workers(tiers[0])
-            for name, build in building.items():
-                if build.done.wait(timeout=0.5 if build.cached else 0) and build.error is None:
+            for name in tiers:
+                if name not in building:
                     start_workers(name)
             self.stdout.write(self.style.SUCCESS(f"dashboard: {url}{campaign.get_absolute_url()}"))
             self.stdout.write(f"logs: {demo_dir}/*.log   (Ctrl-C stops everything)")
@@ -255,13 +232,11 @@ class Command(BaseCommand):
             deadline = time.monotonic() + opts["minutes"] * 60 if opts["minutes"] else None
             while True:
                 time.sleep(opts["status_every"])
-                for name, build in building.items():
-                    if build.done.is_set() and not build.reported:
-                        build.reported = True
-                        if build.error is not None:
-                            raise CommandError(f"building {name} failed: {build.error}")
-                        if not any(n.startswith(f"worker-{name}-") for n, _ in children.procs):
-                            start_workers(name)
+                for name, (build, build_started) in list(building.items()):
+                    if build.poll() == 0:  # a failed build is a dead child, reported below
+                        del building[name]
+                        self.stdout.write(f"model {name}: built in {time.monotonic() - build_started:.0f} s")
+                        start_workers(name)
                 campaign.refresh_from_db()
                 self.stdout.write(self.status_line(campaign))
                 if complete_if_done(campaign) or campaign.is_finished:
@@ -276,7 +251,9 @@ class Command(BaseCommand):
             interrupted = True
             self.stdout.write("\nstopping (Ctrl-C)...")
         finally:
-            children.stop()
+            killed = children.stop()
+            if killed:
+                self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
             campaign.refresh_from_db()
             if not campaign.is_finished:
                 stop(campaign)
