@@ -10,8 +10,6 @@ drives the system chromium (no `playwright install`, which would download browse
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
-from tests.servers import ROOT, asgi_server, server_env, stop
+from tests.servers import ROOT, asgi_server, stop, worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -66,30 +64,6 @@ def page(monkeypatch):
             # ORM calls made inside Playwright's sync API run in its context, with a connection
             # of their own: close it, or it would outlive the test database.
             connections.close_all()
-
-
-def start_worker(base: str, secret: str, data_dir: Path, cache: Path, log: Path) -> subprocess.Popen:
-    env = server_env(SWARM_TOKEN=secret, SWARM_MODEL_CACHE=str(cache), SWARM_TORCH_THREADS="1")
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worker.cli",
-                "join",
-                base,
-                "--data-dir",
-                str(data_dir),
-                "--max-rounds",
-                "3",
-                "--no-status",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir, tmp_path):
@@ -141,8 +115,14 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
     page.evaluate("window.__sameDocument = true")
     assert page.evaluate("window.swarmDashboard.pointsReceived") == 0
 
-    worker = start_worker(
-        coordinator, secret, tmp_path / "worker", tiny_1m_dir.parent, tmp_path / "worker.log"
+    worker = worker_process(
+        coordinator,
+        secret,
+        tmp_path / "worker",
+        tmp_path / "worker.log",
+        "--max-rounds",
+        "3",
+        SWARM_MODEL_CACHE=str(tiny_1m_dir.parent),
     )
     try:
         try:

@@ -16,24 +16,17 @@ from django.utils import timezone
 from swarm_app.campaigns import controls, lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.celery import app as celery_app
+from tests.factories import tiny_campaign_config
 from tests.servers import celery_worker
-from worker.campaign import CampaignConfig, ControlsConfig
+from worker.campaign import ControlsConfig
 
 pytestmark = pytest.mark.slow
 
 
 def tiny_campaign(rounds: int, state: str = Campaign.State.RUNNING, seeds: int = 1) -> Campaign:
-    """tiny-1m, G = 4, 4 questions, I = J = 2: a control round takes well under a second."""
-    config = CampaignConfig(
-        tiers=["tiny-1m"],
-        group_size=4,
-        questions_per_round=4,
-        num_local=2,
-        num_external=2,
-        rounds=rounds,
-        max_new_tokens=8,
-        controls=ControlsConfig(isolated=True, filtered=True, seeds=seeds),
-    ).validate()
+    config = tiny_campaign_config(
+        rounds, max_new_tokens=8, controls=ControlsConfig(isolated=True, filtered=True, seeds=seeds)
+    )
     return Campaign.objects.create(name="controls", state=state, config=config.to_json())
 
 

@@ -82,26 +82,6 @@ def noisy(agent: str, number: int) -> float:
 # --- statistics ---------------------------------------------------------------------------------
 
 
-def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
-    values = [0.2, 0.4, 0.35, 0.5, 0.3, 0.45, 0.25, 0.6]
-    low, high = dashboard.bootstrap_interval(values)
-    assert low < np.mean(values) < high
-    assert dashboard.bootstrap_interval(values) == (low, high)  # same seed, same interval
-    assert dashboard.bootstrap_interval(values, seed=1) != (low, high)
-    wide = dashboard.bootstrap_interval([v * 3 for v in values])
-    assert wide[1] - wide[0] > (high - low) * 2.5
-    assert dashboard.bootstrap_interval([0.7]) == (0.7, 0.7)
-    assert dashboard.bootstrap_interval([]) is None
-    # Coverage, roughly: a 95% interval from 30 normal draws covers the true mean most times.
-    rng = np.random.default_rng(7)
-    covered = 0
-    for _ in range(100):
-        draw = rng.normal(1.0, 1.0, 30)
-        lo, hi = dashboard.bootstrap_interval(draw, resamples=500)
-        covered += lo <= 1.0 <= hi
-    assert covered >= 85
-
-
 def test_gain_and_downsampling_step():
     assert dashboard.gain_percent(12.0, 10.0) == pytest.approx(20.0)
     assert dashboard.gain_percent(8.0, 10.0) == pytest.approx(-20.0)

@@ -75,6 +75,26 @@ def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_data():
     assert stats.bootstrap_interval([]) is None and stats.bootstrap_interval([2.0]) == (2.0, 2.0)
 
 
+def test_bootstrap_interval_depends_on_its_seed_scales_with_the_data_and_covers():
+    # 2000 resamples, the dashboard's count; with many more, the discrete quantiles of 8 values
+    # no longer depend on the seed.
+    values = [0.2, 0.4, 0.35, 0.5, 0.3, 0.45, 0.25, 0.6]
+    low, high = stats.bootstrap_interval(values, 2000)
+    assert low < np.mean(values) < high
+    assert stats.bootstrap_interval(values, 2000) == (low, high)  # same seed, same interval
+    assert stats.bootstrap_interval(values, 2000, seed=1) != (low, high)
+    wide = stats.bootstrap_interval([v * 3 for v in values], 2000)
+    assert wide[1] - wide[0] > (high - low) * 2.5
+    # Coverage, roughly: a 95% interval from 30 normal draws covers the true mean most times.
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(100):
+        draw = rng.normal(1.0, 1.0, 30)
+        lo, hi = stats.bootstrap_interval(draw, resamples=500)
+        covered += lo <= 1.0 <= hi
+    assert covered >= 85
+
+
 def test_holm_adjustment():
     assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])

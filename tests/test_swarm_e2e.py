@@ -14,8 +14,8 @@ import pytest
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from tests.factories import tiny_campaign_config
 from tests.servers import asgi_server, free_port, stop, worker_process
-from worker.campaign import CampaignConfig
 from worker.rewards import rewards
 from worker.tasks import QuestionRef
 
@@ -25,16 +25,7 @@ WORKER_TIMEOUT = 420  # seconds; 2 cores shared by 3-4 processes
 
 
 def make_campaign(rounds: int, **overrides) -> tuple[Campaign, str]:
-    config = CampaignConfig(
-        tiers=["tiny-1m"],
-        group_size=4,
-        questions_per_round=4,
-        num_local=2,
-        num_external=2,
-        rounds=rounds,
-        max_new_tokens=12,
-        **overrides,
-    ).validate()
+    config = tiny_campaign_config(rounds, max_new_tokens=12, **overrides)
     campaign = Campaign.objects.create(name="e2e", state=Campaign.State.RUNNING, config=config.to_json())
     return campaign, create_token(campaign, "e2e")[1]
 

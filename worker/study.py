@@ -611,6 +611,12 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     config = results["config"]
     paths: list[Path] = []
 
+    def save(figure: Any, name: str) -> None:
+        figure.tight_layout()
+        paths.append(stem.with_name(f"{stem.name}-{name}.png"))
+        figure.savefig(paths[-1], dpi=110)
+        plt.close(figure)
+
     # 1. Per-round mean reward, mean over seeds, band = pointwise 95% bootstrap interval.
     panels = [
         ("the paper's arms", ["8/0", "6/2", "4/4", "2/6"]),
@@ -635,10 +641,7 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
         axis.legend(fontsize=8)
     axes[0].set_ylabel("mean reward over the agents")
     figure.suptitle("Reward per round: mean over seeds, band = 95% bootstrap interval of that mean")
-    figure.tight_layout()
-    paths.append(stem.with_name(f"{stem.name}-curves.png"))
-    figure.savefig(paths[-1], dpi=110)
-    plt.close(figure)
+    save(figure, "curves")
 
     # 2. Cumulative reward per seed (one line per seed joins its arms), mean and interval.
     names = [n for n in ARM_ORDER if n in analysis.arms]
@@ -665,10 +668,7 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     axis.set_ylabel(f"cumulative reward ({config['rounds']} rounds)")
     axis.set_title("Cumulative reward: grey = one seed (lines join its arms); colour = mean, 95% bootstrap")
     axis.grid(alpha=0.3, axis="y")
-    figure.tight_layout()
-    paths.append(stem.with_name(f"{stem.name}-cumulative.png"))
-    figure.savefig(paths[-1], dpi=110)
-    plt.close(figure)
+    save(figure, "cumulative")
 
     # 3. Paired differences with their intervals.
     comparisons = analysis.comparisons
@@ -685,10 +685,7 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     axis.set_xlabel("difference in cumulative reward (paired by seed)")
     axis.set_title("Paired differences: red = mean, 95% bootstrap interval; grey = one seed")
     axis.grid(alpha=0.3, axis="x")
-    figure.tight_layout()
-    paths.append(stem.with_name(f"{stem.name}-differences.png"))
-    figure.savefig(paths[-1], dpi=110)
-    plt.close(figure)
+    save(figure, "differences")
     return paths
 
 

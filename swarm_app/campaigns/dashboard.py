@@ -33,6 +33,7 @@ from swarm_app.campaigns.rollups import BLOCK_ROUNDS, refresh_rollups
 from worker import stats
 
 MAX_POINTS = 500
+# Fewer resamples than the study's report: the interval is recomputed on every page load.
 BOOTSTRAP_RESAMPLES = 2000
 ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED)
 BAND = "mean ± 1 std across agents (workers for the swarm, seeds for the controls)"
@@ -40,20 +41,6 @@ GIB = 1024**3
 
 
 # --- statistics --------------------------------------------------------------------------------
-
-
-def bootstrap_interval(
-    values: Sequence[float],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean of ``values`` (None without values).
-
-    Seeded, so a page shows the same interval on every load for the same data. The one
-    implementation is :func:`worker.stats.bootstrap_interval` (the SAPO table study uses it too).
-    """
-    return stats.bootstrap_interval(values, resamples, confidence, seed)
 
 
 def gain_percent(value: float | None, baseline: float | None) -> float | None:
@@ -177,7 +164,7 @@ def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
                 continue
             cumulative = sum(r[2] for r in rows if r[0] < h)
             values = agent_means.get((tier, arm), [])
-            interval = bootstrap_interval(values)
+            interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES)
             arms[arm] = {
                 "cumulative": cumulative,
                 "low": interval[0] * h if interval else None,
