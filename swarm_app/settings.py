@@ -168,7 +168,9 @@ if EMBEDDED:
     }
     _broker_dir = DATA_DIR / "celery" / "broker"
     _broker_dir.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    # The host means nothing to the filesystem transport; naming one keeps kombu from warning
+    # "No hostname was supplied" in every process that sends a task.
+    CELERY_BROKER_URL = "filesystem://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
