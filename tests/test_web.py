@@ -472,6 +472,31 @@ def test_a_campaign_completes_when_every_live_node_and_control_is_done(db):
     assert node.round == 3
 
 
+def test_a_campaign_completes_after_its_finished_workers_have_left(db):
+    # The demo's case: each worker leaves (offline) when it has run the rounds, and the last
+    # control finishes later.
+    campaign = make_campaign(controls=ControlsConfig(True, False, 1), rounds=3)
+    lifecycle.launch(campaign, enqueue=False)
+    token, _ = create_token(campaign)
+    WorkerNode.objects.create(
+        campaign=campaign, node_id="n1", token=token, tier="tiny-1m", round=3, state=WorkerNode.State.OFFLINE
+    )
+    WorkerNode.objects.create(
+        campaign=campaign, node_id="n2", token=token, tier="tiny-1m", round=1, state=WorkerNode.State.BANNED
+    )
+    assert lifecycle.complete_finished() == []  # the control still runs
+    ControlRun.objects.filter(campaign=campaign).update(state=ControlRun.State.COMPLETED, round=3)
+    assert lifecycle.complete_finished() == [campaign.pk]
+    # Nobody finished: every volunteer left early. The campaign waits for others.
+    waiting = make_campaign(controls=ControlsConfig(False, False, 0), rounds=3)
+    lifecycle.launch(waiting, enqueue=False)
+    token, _ = create_token(waiting)
+    WorkerNode.objects.create(
+        campaign=waiting, node_id="n3", token=token, tier="tiny-1m", round=2, state=WorkerNode.State.OFFLINE
+    )
+    assert lifecycle.complete_finished() == []
+
+
 # --- tokens --------------------------------------------------------------------------------------
 
 

@@ -173,18 +173,20 @@ def fail(campaign: Campaign, reason: str) -> Campaign:
 
 
 def is_complete(campaign: Campaign) -> bool:
-    """Every live node and every control reached the campaign's rounds (and some node ran).
+    """Some node finished the campaign's rounds, no live node is still short of them, and every
+    control finished.
 
-    Offline and banned nodes do not hold a campaign open: a volunteer who left must not keep
-    it running forever; the organizer can still stop a campaign by hand.
+    A node that finished counts even after it went offline (a worker leaves when it is done).
+    Offline and banned nodes short of the rounds do not hold a campaign open: a volunteer who
+    left must not keep it running forever; the organizer can still stop a campaign by hand.
     """
     from swarm_app.coordinator.models import WorkerNode
 
     rounds = campaign.settings.rounds
-    nodes = WorkerNode.objects.filter(campaign=campaign).exclude(
-        state__in=[WorkerNode.State.BANNED, WorkerNode.State.OFFLINE]
-    )
-    if not nodes.filter(round__gte=rounds).exists() or nodes.filter(round__lt=rounds).exists():
+    nodes = WorkerNode.objects.filter(campaign=campaign).exclude(state=WorkerNode.State.BANNED)
+    if not nodes.filter(round__gte=rounds).exists():
+        return False
+    if nodes.filter(round__lt=rounds).exclude(state=WorkerNode.State.OFFLINE).exists():
         return False
     controls = ControlRun.objects.filter(campaign=campaign)
     return not controls.exclude(state=ControlRun.State.COMPLETED).exists()

@@ -18,6 +18,7 @@ With DATABASE_URL and REDIS_URL set, the same command runs on PostgreSQL and Red
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -39,6 +40,10 @@ from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(settings.BASE_DIR)
 DEMO_USER = "organizer"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 class Children:
@@ -65,23 +70,31 @@ class Children:
     def dead(self) -> list[str]:
         return [name for name, proc in self.procs if proc.poll() is not None and proc.returncode != 0]
 
-    def stop(self, names_first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> list[str]:
-        """SIGTERM to every child's process group, then SIGKILL to those still running after
-        ``timeout`` seconds; returns the names of the killed ones."""
-        ordered = [p for p in self.procs if p[0].startswith(names_first)]
-        ordered += [p for p in reversed(self.procs) if p not in ordered]
-        for _, proc in ordered:
+    def stop(self, first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> list[str]:
+        """Stop the children named ``first`` (workers: they give their leases back and say goodbye
+        while the server still runs), then the others in reverse order of start. Each gets
+        SIGTERM (its own shutdown; Celery waits for its tasks); a child still running after
+        ``timeout`` seconds, and anything a child left in its process group, gets SIGKILL.
+        Returns the names of the killed children."""
+        leading = [p for p in self.procs if p[0].startswith(first)]
+        rest = [p for p in reversed(self.procs) if p not in leading]
+        return self._terminate(leading, timeout) + self._terminate(rest, timeout)
+
+    @staticmethod
+    def _terminate(procs: list[tuple[str, subprocess.Popen]], timeout: float) -> list[str]:
+        for _, proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         killed = []
-        for name, proc in ordered:
+        for name, proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
                 killed.append(name)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         return killed
 
 
@@ -104,6 +117,12 @@ class Command(BaseCommand):
         parser.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
 
     def handle(self, *args, **opts) -> None:
+        # Ctrl-C, a closed terminal and `kill` all stop the demo the same way, stopping every
+        # child (each runs in its own session, so no signal reaches them otherwise). SIGINT is
+        # set explicitly because a shell starts background jobs with it ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
         from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.tokens import create_token
@@ -133,7 +152,11 @@ class Command(BaseCommand):
         # learning swarm minutes earlier. Their workers start once their model is there; their
         # controls wait on the model's build lock meanwhile (heartbeating, so not requeued).
         started = time.monotonic()
-        path = ensure_tiny_model(tiers[0], cache, log=lambda m: self.stdout.write(f"  {m}"))
+        try:
+            path = ensure_tiny_model(tiers[0], cache, log=lambda m: self.stdout.write(f"  {m}"))
+        except KeyboardInterrupt:
+            self.stdout.write("\ninterrupted while building (the next run builds again)")
+            sys.exit(130)
         self.stdout.write(f"model {tiers[0]}: {path} ({time.monotonic() - started:.0f} s)")
 
         overrides = {"tiers": tiers}
@@ -150,50 +173,52 @@ class Command(BaseCommand):
         url = f"http://127.0.0.1:{port}"
         env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1", "SWARM_MODEL_CACHE": str(cache)}
         python = sys.executable
-        # Later tiers not yet built: one build process each, on one thread (the running swarm has
-        # the cores; oversubscribed torch threads run several times slower, docs/tiny-models.md).
         building: dict[str, tuple[subprocess.Popen, float]] = {}
-        for name in tiers[1:]:
-            if not is_built(cache / name):
-                build = children.start(
-                    f"build-{name}",
-                    [python, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
-                    **env,
-                )
-                building[name] = (build, time.monotonic())
-                self.stdout.write(
-                    f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
-                    "its workers start when it is built"
-                )
-        children.start(
-            "daphne",
-            daphne_command(python, port),
-            **env,
-        )
-        controls = (
-            len(config.tiers) * (config.controls.isolated + config.controls.filtered) * config.controls.seeds
-        )
-        children.start(
-            "celery",
-            [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "swarm_app",
-                "worker",
-                "--beat",
-                "-l",
-                "info",
-                "--concurrency",
-                str(controls + 1),  # a control holds its slot for the whole campaign; +1 for housekeeping
-                "--schedule",
-                str(demo_dir / "celerybeat-schedule"),
-            ],
-            **env,
-        )
         interrupted = False
         try:
+            # Later tiers not yet built: one build process each, on one thread (the running swarm has
+            # the cores; oversubscribed torch threads run several times slower, docs/tiny-models.md).
+            for name in tiers[1:]:
+                if not is_built(cache / name):
+                    build = children.start(
+                        f"build-{name}",
+                        [python, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
+                        **env,
+                    )
+                    building[name] = (build, time.monotonic())
+                    self.stdout.write(
+                        f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
+                        "its workers start when it is built"
+                    )
+            children.start(
+                "daphne",
+                daphne_command(python, port),
+                **env,
+            )
+            controls = (
+                len(config.tiers)
+                * (config.controls.isolated + config.controls.filtered)
+                * config.controls.seeds
+            )
+            children.start(
+                "celery",
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "swarm_app",
+                    "worker",
+                    "--beat",
+                    "-l",
+                    "info",
+                    "--concurrency",
+                    str(controls + 1),  # a control holds its slot for the whole campaign; +1 for housekeeping
+                    "--schedule",
+                    str(demo_dir / "celerybeat-schedule"),
+                ],
+                **env,
+            )
             self.wait_http(url, children)
             launch(campaign)
 
@@ -249,14 +274,18 @@ class Command(BaseCommand):
                     raise CommandError(f"{', '.join(dead)} exited with an error; see {demo_dir}/<name>.log")
         except KeyboardInterrupt:
             interrupted = True
-            self.stdout.write("\nstopping (Ctrl-C)...")
+            self.stdout.write("\nstopping every process (up to a minute)...")
         finally:
-            killed = children.stop()
-            if killed:
-                self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+            # The campaign first: its controls then end after their current round, so Celery's
+            # warm shutdown does not wait on them, and no control is left marked running.
             campaign.refresh_from_db()
             if not campaign.is_finished:
                 stop(campaign)
+            killed = children.stop()
+            if killed:
+                self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
         self.stdout.write(self.status_line(campaign))
         self.stdout.write(
             self.style.SUCCESS(f"campaign {campaign.pk} {campaign.state}; every child process stopped")
@@ -311,14 +340,16 @@ class Command(BaseCommand):
         parts = [f"[{time.strftime('%H:%M:%S')}] {campaign.state}"]
         workers = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
         parts.append(f"workers {workers}")
-        rows = RoundMetrics.objects.filter(campaign=campaign)
-        for arm in ("swarm", "isolated", "filtered"):
-            stats = rows.filter(arm=arm).aggregate(last=Max("round"), reward=Avg("reward"))
-            if stats["last"] is None:
-                parts.append(f"{arm} -")
-                continue
-            recent = rows.filter(arm=arm, round__gte=max(0, stats["last"] - 4)).aggregate(r=Avg("reward"))[
-                "r"
-            ]
-            parts.append(f"{arm} r{stats['last']} reward {recent:.3f}")
+        # Per tier and arm: the last round reached and the mean reward of its last 5 rounds.
+        for tier_name in campaign.settings.tiers:
+            rows = RoundMetrics.objects.filter(campaign=campaign, tier=tier_name)
+            arms = []
+            for arm in ("swarm", "isolated", "filtered"):
+                last = rows.filter(arm=arm).aggregate(last=Max("round"))["last"]
+                if last is None:
+                    arms.append(f"{arm} -")
+                    continue
+                recent = rows.filter(arm=arm, round__gte=max(0, last - 4)).aggregate(r=Avg("reward"))["r"]
+                arms.append(f"{arm} r{last} {recent:.3f}")
+            parts.append(f"{tier_name} reward: {', '.join(arms)}")
         return " | ".join(parts)
