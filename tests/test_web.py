@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from channels.layers import get_channel_layer
@@ -352,6 +353,7 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
             return 0
 
     monkeypatch.setattr("swarm_app.campaigns.lifecycle.subprocess.Popen", FakePopen)
+    monkeypatch.delenv("SWARM_MODEL_CACHE", raising=False)
     response = staff.post(reverse("campaign-new"), form_data(local_workers="2", launch_now="on"))
     assert response.status_code == 302
     campaign = Campaign.objects.get()
@@ -364,6 +366,8 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
     assert env["SWARM_TOKEN"] not in " ".join(args)
     data_dirs = {a[a.index("--data-dir") + 1] for a, _ in started}
     assert len(data_dirs) == 2  # one identity per local worker
+    # ... but one model cache, the coordinator's: a worker's own would build the tiers again.
+    assert {e["SWARM_MODEL_CACHE"] for _, e in started} == {str(Path(settings.DATA_DIR) / "models")}
 
 
 # --- lifecycle -----------------------------------------------------------------------------------

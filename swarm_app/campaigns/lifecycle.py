@@ -226,8 +226,18 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
     """
     if not local_workers_allowed():
         raise LifecycleError("this coordinator does not start local workers (SWARM_ALLOW_LOCAL_WORKERS)")
+    from worker.models import model_cache_dir
+
     root = Path(settings.DATA_DIR) / "local-workers" / f"campaign-{campaign.pk}"
-    env = {**os.environ, "SWARM_TOKEN": secret, "SWARM_TORCH_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "SWARM_TOKEN": secret,
+        "SWARM_TORCH_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        # The coordinator's model cache (where its controls find the tiers), not one per worker
+        # data directory, which would build every tiny tier again for each worker.
+        "SWARM_MODEL_CACHE": str(model_cache_dir(Path(settings.DATA_DIR))),
+    }
     pids = []
     for index in range(count):
         data_dir = root / f"worker-{index}"
