@@ -294,6 +294,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
         json.dump(data, tmp, indent=1)
         tmp.write("\n")
+    os.chmod(tmp.name, 0o644)  # a temporary file is private (0600); results are for everyone to read
     os.replace(tmp.name, path)
 
 
