@@ -157,7 +157,7 @@ def build_agent(run: ControlRun, campaign: Campaign):
     from worker.agent import Agent, stable_seed
     from worker.arms import isolated_arm
     from worker.generation.hf import TransformersBackend
-    from worker.models import load_policy, model_cache_dir, tier
+    from worker.models import load_policy, tier
     from worker.transport import LocalTransport
 
     config = campaign.settings
@@ -171,9 +171,7 @@ def build_agent(run: ControlRun, campaign: Campaign):
         external_strategy=arm.external_strategy,
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_policy(
-        tier(run.tier), model_cache_dir(Path(settings.DATA_DIR)), device=device, log=log.info
-    )
+    model, tokenizer = load_policy(tier(run.tier), lifecycle.model_cache(), device=device, log=log.info)
     transport = LocalTransport(config.mix, stable_seed("control-questions", run.seed))
     backend = TransformersBackend(model, tokenizer)
     return Agent(agent_id(run), run.tier, model, tokenizer, backend, transport, config.mix, agent_config)

@@ -213,6 +213,14 @@ def complete_finished() -> list[int]:
 # --- local worker processes (demo coordinators) -------------------------------------------------
 
 
+def model_cache() -> Path:
+    """The coordinator's model cache ($SWARM_MODEL_CACHE, else <data dir>/models): its controls
+    load the tiers from it, and every worker process it starts is pointed at it."""
+    from worker.models import model_cache_dir
+
+    return model_cache_dir(Path(settings.DATA_DIR))
+
+
 def local_workers_allowed() -> bool:
     return bool(getattr(settings, "SWARM_ALLOW_LOCAL_WORKERS", False))
 
@@ -226,8 +234,6 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
     """
     if not local_workers_allowed():
         raise LifecycleError("this coordinator does not start local workers (SWARM_ALLOW_LOCAL_WORKERS)")
-    from worker.models import model_cache_dir
-
     root = Path(settings.DATA_DIR) / "local-workers" / f"campaign-{campaign.pk}"
     env = {
         **os.environ,
@@ -236,7 +242,7 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
         "PYTHONUNBUFFERED": "1",
         # The coordinator's model cache (where its controls find the tiers), not one per worker
         # data directory, which would build every tiny tier again for each worker.
-        "SWARM_MODEL_CACHE": str(model_cache_dir(Path(settings.DATA_DIR))),
+        "SWARM_MODEL_CACHE": str(model_cache()),
     }
     pids = []
     for index in range(count):

@@ -123,11 +123,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
-        from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
+        from swarm_app.campaigns.lifecycle import complete_if_done, launch, model_cache, stop
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.tokens import create_token
         from worker.campaign import cpu_demo_config
-        from worker.models import model_cache_dir, tier
+        from worker.models import tier
         from worker.tiny import ensure_tiny_model, is_built
 
         demo_dir = Path(settings.DATA_DIR) / "demo"
@@ -146,7 +146,7 @@ class Command(BaseCommand):
                 raise CommandError(f"tier {name} needs a GPU; the demo runs CPU tiers")
         # One model cache for the demo and every child it starts (server, Celery, workers): a
         # worker's own default would be inside its data directory, and it would build again.
-        cache = model_cache_dir(Path(settings.DATA_DIR))
+        cache = model_cache()
         # The first tier is built (if need be) before anything starts; the others build in
         # child processes while the first one's swarm already runs, so a fresh machine shows a
         # learning swarm minutes earlier. Their workers start once their model is there; their
