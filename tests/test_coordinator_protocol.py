@@ -15,6 +15,7 @@ from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token, revoke
 from tests.wsclient import RawSession
+from worker.advantages import group_advantages
 from worker.campaign import CampaignConfig
 from worker.protocol import MAX_MESSAGE_BYTES, encode
 from worker.rewards import rewards
@@ -94,7 +95,7 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
         assert welcome["type"] == "welcome", welcome
         assert welcome["tier"] == "tiny-1m" and welcome["resume_round"] == 0
         assert (await b.hello(token, "node-b"))["type"] == "welcome"
-        acks = {}
+        acks, submitted = {}, {}
         for name, s in (("node-a", a), ("node-b", b)):
             lease = await s.request("lease_request", round=0)
             assert lease["type"] == "lease" and len(lease["questions"]) == 2, lease
@@ -108,6 +109,7 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
             assert ack["verified_rewards"] == [r["rewards"] for r in rollouts]
             assert all(r[0] == 1.0 for r in ack["verified_rewards"])
             acks[name] = [reward for r in rollouts for reward in r["rewards"]]
+            submitted[name] = (lease["lease_id"], rollouts, ack)
         samples = await a.request("sample_request", round=0, count=5)
         assert samples["type"] == "samples"
         assert {r["agent_id"] for r in samples["rollouts"]} == {"node-b"}  # never its own
@@ -117,15 +119,40 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
         assert (await a.request("heartbeat"))["campaign_state"] == "running"
         await a.close()
         await b.close()
-        return acks
+        return acks, submitted
 
-    run_result = run(session())
+    run_result, submitted = run(session())
     row = RoundMetrics.objects.get(agent="node:node-a", round=0)
     verified = run_result["node-a"]
     assert row.reward == pytest.approx(sum(verified) / len(verified))  # verified, not the claimed 0.99
     assert row.metrics["reward"] == 0.99
     assert WorkerNode.objects.get(node_id="node-a").round == 1
     assert PoolRollout.objects.filter(campaign=campaign).count() == 4
+    # What was stored is exactly what was submitted, with the coordinator's rewards and
+    # advantages, numbered 1..4 in arrival order, under the lease it answered.
+    scale = campaign.settings.grpo_config("tiny-1m").scale_rewards
+    rows = list(PoolRollout.objects.filter(campaign=campaign).order_by("sequence"))
+    assert [row.sequence for row in rows] == [1, 2, 3, 4]
+    expected = [(name, *submitted[name]) for name in ("node-a", "node-b")]
+    for (name, lease_id, rollouts, ack), pair in zip(expected, (rows[:2], rows[2:]), strict=True):
+        lease = Lease.objects.get(lease_id=lease_id)
+        assert (lease.state, lease.submission_id) == (Lease.State.SUBMITTED, f"sub-{name}")
+        assert lease.ack == {k: v for k, v in ack.items() if k not in ("type", "reply_to")}
+        assert WorkerNode.objects.get(node_id=name).accepted_submissions == 1
+        for row, sent in zip(pair, rollouts, strict=True):
+            rollout = Rollout.from_json(sent)
+            rollout.advantages = group_advantages(rollout.rewards, scale)
+            assert row.record == rollout.to_json()
+            assert (row.rollout_id, row.task, row.question_seed, row.question_index) == (
+                rollout.rollout_id,
+                *rollout.ref.to_json().values(),
+            )
+            assert (row.node.node_id, row.lease_id, row.tier, row.round) == (name, lease.pk, "tiny-1m", 0)
+            assert row.mean_reward == pytest.approx(rollout.mean_reward)
+            assert (row.zero_advantage, row.in_pool) == (rollout.zero_advantage, True)
+    assert Campaign.objects.filter(pk=campaign.pk).values_list(
+        "next_question_position", "rollout_sequence"
+    ).get() == (4, 4)
 
 
 @pytest.fixture

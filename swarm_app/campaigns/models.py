@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
 from worker.campaign import CampaignConfig
+
+
+@lru_cache(maxsize=256)
+def settings_from_text(config: str) -> CampaignConfig:
+    """A campaign's parsed config from its JSON text, parsed once per distinct text.
+
+    The coordinator's hot paths read the config column as text (swarm_app/coordinator/sql.py)
+    and need the parsed config on every request; keyed by the text itself, an edited config is
+    a new key, never a stale entry. Callers must not modify the result.
+    """
+    return CampaignConfig.from_json(json.loads(config))
 
 
 class Campaign(models.Model):

@@ -143,10 +143,7 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         return welcome
 
     async def on_lease_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        def issue() -> dict[str, Any]:
-            return leases.lease_payload(leases.issue_lease(self.node, fields["round"]))
-
-        return "lease", await db(issue)()
+        return "lease", await db(leases.issue_lease)(self.node, fields["round"])
 
     async def on_submit(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         ack = await db(submissions.submit)(

@@ -10,25 +10,30 @@ an expired lease is refused (``lease_expired``), so no question is ever counted 
 The last kind is reissued as it is found, so a lease request need not first mark every overdue
 lease expired (a write on every request); the liveness beat does that in bulk (expire_overdue),
 and a submission checks the deadline itself. The common request (nothing held, nothing waiting)
-costs one read (the campaign, with whether this node holds a lease for the round and whether
-any lease waits) and one transaction of two statements (allocate positions, insert the lease).
+costs one read (the campaign, the node's state, whether this node holds a lease for the round
+and whether any lease waits; one prepared statement on PostgreSQL, sql.LEASE_VIEW) and two
+single-statement writes (allocate positions, insert the lease).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Campaign, settings_from_text
+from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
+from worker.campaign import CampaignConfig
 from worker.protocol import ErrorCode, ProtocolError
-from worker.tasks import QuestionRef, question, ref_at
+from worker.tasks import QuestionRef, TaskMix, question, ref_at
 
 
 def expire_overdue(campaign_id: int | None = None) -> int:
@@ -39,8 +44,7 @@ def expire_overdue(campaign_id: int | None = None) -> int:
     return leases.update(state=Lease.State.EXPIRED)
 
 
-def questions_payload(campaign: Campaign, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    mix = campaign.settings.mix
+def questions_payload(mix: TaskMix, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     payload = []
     for ref_json in refs:
         q = question(mix, QuestionRef.from_json(ref_json))
@@ -48,72 +52,142 @@ def questions_payload(campaign: Campaign, refs: list[dict[str, Any]]) -> list[di
     return payload
 
 
-def lease_payload(lease: Lease) -> dict[str, Any]:
+def lease_payload(
+    mix: TaskMix, lease_id: str, round: int, deadline: datetime, refs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The ``lease`` message's fields."""
     return {
-        "lease_id": lease.lease_id,
-        "round": lease.round,
-        "deadline": lease.deadline.timestamp(),
-        "questions": questions_payload(lease.campaign, lease.questions),
+        "lease_id": lease_id,
+        "round": round,
+        "deadline": deadline.timestamp(),
+        "questions": questions_payload(mix, refs),
     }
 
 
-def issue_lease(node: WorkerNode, round: int) -> Lease:
-    """This node's lease for ``round``: the one it already holds, a reissued one, or a new one."""
-    now = timezone.now()
-    waiting_leases = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED]) | Q(
-        state=Lease.State.ACTIVE, deadline__lt=now
-    )
+@dataclass
+class LeaseRequestView:
+    """What a lease request is decided on: one read (see the module docstring)."""
+
+    campaign_name: str
+    campaign_state: str
+    config: CampaignConfig
+    node_state: str
+    held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
+    any_waiting: bool
+
+
+def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
+    if sql.is_postgres():
+        (row,) = sql.fetch(
+            sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
+        )
+        name, state, config, node_state, held_id, held_deadline, held_refs, any_waiting = row
+        # Django's connections load jsonb as text (its JSONField parses it).
+        held = (held_id, held_deadline, json.loads(held_refs)) if held_id is not None else None
+        return LeaseRequestView(name, state, settings_from_text(config), node_state, held, any_waiting)
     held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)
     campaign = Campaign.objects.annotate(
         held_pk=Subquery(held_leases.values("pk")[:1]),
-        any_waiting=Exists(Lease.objects.filter(waiting_leases, campaign_id=OuterRef("pk"))),
+        any_waiting=Exists(Lease.objects.filter(_waiting(now), campaign_id=OuterRef("pk"))),
+        node_state=Subquery(WorkerNode.objects.filter(pk=node.pk).values("state")[:1]),
     ).get(pk=node.campaign_id)
-    if node.state == WorkerNode.State.BANNED:
+    held_lease = Lease.objects.filter(pk=campaign.held_pk).first() if campaign.held_pk else None
+    held = (held_lease.lease_id, held_lease.deadline, held_lease.questions) if held_lease else None
+    return LeaseRequestView(
+        campaign.name, campaign.state, campaign.settings, campaign.node_state, held, campaign.any_waiting
+    )
+
+
+def _waiting(now: datetime) -> Q:
+    return Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED]) | Q(
+        state=Lease.State.ACTIVE, deadline__lt=now
+    )
+
+
+def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
+    """This node's lease for ``round`` (the ``lease`` message's fields): the one it already
+    holds, a reissued one, or a new one."""
+    now = timezone.now()
+    view = _view(node, round, now)
+    if view.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
-    if campaign.state != Campaign.State.RUNNING:
-        raise ProtocolError(ErrorCode.CAMPAIGN_NOT_RUNNING, f"campaign {campaign.name!r} is {campaign.state}")
-    config = campaign.settings
+    if view.campaign_state != Campaign.State.RUNNING:
+        raise ProtocolError(
+            ErrorCode.CAMPAIGN_NOT_RUNNING, f"campaign {view.campaign_name!r} is {view.campaign_state}"
+        )
+    config = view.config
     if round >= config.rounds:
         raise ProtocolError(
             ErrorCode.CAMPAIGN_NOT_RUNNING,
             f"this campaign runs {config.rounds} rounds per node; round {round} is past it",
         )
-    if campaign.held_pk is not None:  # a reconnecting worker asks again: same lease, same questions
-        held = Lease.objects.filter(pk=campaign.held_pk).first()
-        if held is not None:
-            held.campaign = campaign
-            return held
+    mix = config.mix
+    if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
+        return lease_payload(mix, view.held[0], round, view.held[1], view.held[2])
     deadline = now + timedelta(seconds=config.lease_seconds)
-    with transaction.atomic():
-        waiting = None
-        if campaign.any_waiting:
-            # Lock the oldest one; SKIP LOCKED: another server reissuing or a late submission
-            # claiming a lease holds its row, and must not be waited for.
-            waiting = (
-                Lease.objects.select_for_update(skip_locked=True)
-                .filter(waiting_leases, campaign=campaign)
-                .order_by("issued_at")
-                .first()
-            )
-        if waiting is not None:
-            waiting.state = Lease.State.REISSUED
-            waiting.save(update_fields=["state"])
-            refs = waiting.questions
-        else:
-            count = config.questions_per_round
-            end = bump(Campaign, campaign.pk, "next_question_position", count)
-            refs = [
-                ref_at(config.mix, config.seed, position).to_json() for position in range(end - count, end)
-            ]
-        return Lease.objects.create(
-            lease_id=uuid.uuid4().hex,
-            campaign=campaign,
+    lease_id = uuid.uuid4().hex
+    if view.any_waiting:
+        refs = _reissue(node, round, lease_id, deadline, now)
+        if refs is not None:
+            return lease_payload(mix, lease_id, round, deadline, refs)
+    # Fresh positions of the campaign's stream, allocated in a statement of their own: the
+    # campaign row's lock lasts one statement. Positions of a lease whose insert then fails
+    # are skipped, never issued twice.
+    count = config.questions_per_round
+    end = bump(Campaign, node.campaign_id, "next_question_position", count)
+    refs = [ref_at(mix, config.seed, position).to_json() for position in range(end - count, end)]
+    if sql.is_postgres():
+        sql.fetch(
+            sql.INSERT_LEASE,
+            {
+                "lease_id": lease_id,
+                "campaign": node.campaign_id,
+                "node": node.pk,
+                "round": round,
+                "questions": json.dumps(refs),
+                "now": now,
+                "deadline": deadline,
+            },
+        )
+    else:
+        Lease.objects.create(
+            lease_id=lease_id,
+            campaign_id=node.campaign_id,
             node=node,
             round=round,
             questions=refs,
             deadline=deadline,
+        )
+    return lease_payload(mix, lease_id, round, deadline, refs)
+
+
+def _reissue(
+    node: WorkerNode, round: int, lease_id: str, deadline: datetime, now: datetime
+) -> list[dict[str, Any]] | None:
+    """Reissue the oldest waiting lease's questions as ``lease_id``; None if none is left."""
+    with transaction.atomic():
+        # Lock the oldest one; SKIP LOCKED: another server reissuing or a late submission
+        # claiming a lease holds its row, and must not be waited for.
+        waiting = (
+            Lease.objects.select_for_update(skip_locked=True)
+            .filter(_waiting(now), campaign_id=node.campaign_id)
+            .order_by("issued_at")
+            .first()
+        )
+        if waiting is None:
+            return None
+        waiting.state = Lease.State.REISSUED
+        waiting.save(update_fields=["state"])
+        Lease.objects.create(
+            lease_id=lease_id,
+            campaign_id=node.campaign_id,
+            node=node,
+            round=round,
+            questions=waiting.questions,
+            deadline=deadline,
             reissue_of=waiting,
         )
+        return waiting.questions
 
 
 def release(node: WorkerNode, lease_id: str) -> None:

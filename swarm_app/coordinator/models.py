@@ -79,8 +79,12 @@ class Lease(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["campaign", "state"], name="lease_reissue"),
+            # Leases waiting to be reissued: (campaign, expired | released), or (campaign,
+            # active, deadline < now), both ranges of this index.
+            models.Index(fields=["campaign", "state", "deadline"], name="lease_reissue"),
             models.Index(fields=["state", "deadline"], name="lease_expiry"),
+            # A lease request looks up the lease the node already holds for the round.
+            models.Index(fields=["node", "round"], name="lease_by_node_round"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -1,25 +1,36 @@
-"""Two statements of the coordinator's hot paths, written out instead of left to the ORM.
+"""The coordinator's hot-path statements, written out instead of left to the ORM.
 
-Profiling the submission path (bench/coordinator.py, docs/coordinator-bench.md) showed that on
-the coordinator each ORM statement costs about as much Python as the database work itself, and
-that the largest single cost of a submission was psycopg quoting its rollout records (tens of
-kilobytes of JSON) into the SQL text, which Django's client-side binding does in Python.
+Profiling bench/coordinator.py (docs/coordinator-bench.md) showed that the ASGI server's one
+Python core is what limits a coordinator: each ORM statement costs more Python than the
+database spends on it, and a row lock taken in a transaction is held while the thread that
+holds it waits for the GIL. So the two requests every worker makes every round, a lease and a
+submission, are on PostgreSQL a few hand-written statements, each sent as a prepared statement
+with server-side binding (PostgreSQL plans it once per connection, psycopg converts it once,
+nothing is escaped in Python):
 
-* :func:`bump`: allocate a range from a per-campaign counter with ``UPDATE ... SET f = f + n
-  ... RETURNING f``, one statement where the ORM needs an ``F()`` update and a read-back. The
-  UPDATE locks the row until the surrounding transaction ends, so two servers never get
-  overlapping ranges. PostgreSQL and SQLite (3.35+) both support ``RETURNING``.
-* :func:`insert`: a multi-row INSERT whose values PostgreSQL receives as bound parameters
-  (server-side binding: nothing is escaped in Python, and psycopg prepares the statement once
-  it has seen it a few times). Values go through each field's own ``pre_save`` and
-  ``get_db_prep_save``, as in ``bulk_create``. On other databases it is ``bulk_create``.
+* :data:`LEASE_VIEW`: one read for a lease request: the campaign, the node's state, the lease
+  the node already holds for the round (a reconnect) and whether any lease waits to be reissued.
+* :data:`SUBMISSION_VIEW`: one read for a submission: the lease, its campaign, the node's state,
+  and any lease of this node that already carries the submission id (a replay).
+* :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
+  transaction): claim the lease if it is still active, count the node's submission, take a
+  range of the campaign's pool sequence numbers, insert the rollouts. The campaign row, which
+  every submission of the campaign updates, is locked and released inside the database with no
+  Python in between.
 
-Both run on the connection Django holds, inside whatever transaction is open.
+Other databases (SQLite, the embedded mode) run the ORM versions in leases.py and
+submissions.py, which do the same in a transaction; the tests run both.
+
+* :func:`bump`: allocate a range from a counter with ``UPDATE ... SET f = f + n ... RETURNING
+  f``. The UPDATE locks the row until its transaction ends, so two servers never get
+  overlapping ranges; called outside a transaction, the lock lasts one statement.
+* :func:`insert`: a multi-row INSERT with bound parameters (``bulk_create`` elsewhere).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection, models
 
@@ -28,6 +39,24 @@ INSERT_BATCH = 500  # rows per statement: far below PostgreSQL's 65535 bound par
 
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def fetch(sql: str, params: dict[str, Any]) -> list[tuple]:
+    """Run a PostgreSQL statement as a prepared statement (server-side binding); its rows.
+
+    On the connection Django holds, inside whatever transaction is open (outside one, the
+    statement is its own transaction). psycopg's errors become Django's (IntegrityError, ...).
+    """
+    import psycopg  # the PostgreSQL backend's driver; not needed on SQLite
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall() if cursor.description is not None else [(cursor.rowcount,)]
 
 
 def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
@@ -52,18 +81,15 @@ def insert(objs: Sequence[models.Model]) -> None:
     if not objs:
         return
     model = type(objs[0])
-    if connection.vendor != "postgresql":
+    if not is_postgres():
         model.objects.bulk_create(objs)
         return
-    import psycopg  # the PostgreSQL backend's driver; not needed on SQLite
+    import psycopg
 
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
     columns = ", ".join(_quote(f.column) for f in fields)
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     connection.ensure_connection()
-    # A plain psycopg cursor binds server-side, whatever cursor class Django was configured with;
-    # wrap_database_errors turns psycopg's errors into Django's (IntegrityError, ...), as
-    # Django's own cursors do.
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         for start in range(0, len(objs), INSERT_BATCH):
             batch = objs[start : start + INSERT_BATCH]
@@ -76,3 +102,75 @@ def insert(objs: Sequence[models.Model]) -> None:
                 f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES {', '.join([row] * len(batch))}",
                 params,
             )
+
+
+# --- PostgreSQL statements of the two hot requests ------------------------------------------
+# Table names are the models' (swarm_app/coordinator/models.py, campaigns/models.py); the
+# states are the models' State values. Literal conditions (submission_id <> '') let a generic
+# plan use the partial unique index on (node, submission_id). "Any lease waiting" is two
+# EXISTS, each a range of the (campaign, state, deadline) index: with one OR over both, the
+# planner read every lease of the campaign, a cost that grew with the campaign's age.
+
+LEASE_VIEW = """
+SELECT c.name, c.state, c.config::text, n.state,
+       held.lease_id, held.deadline, held.questions,
+       EXISTS (SELECT 1 FROM coordinator_lease w
+               WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
+       OR EXISTS (SELECT 1 FROM coordinator_lease w
+                  WHERE w.campaign_id = c.id AND w.state = 'active' AND w.deadline < %(now)s)
+FROM campaigns_campaign c
+JOIN coordinator_workernode n ON n.id = %(node)s
+LEFT JOIN LATERAL (
+    SELECT lease_id, deadline, questions FROM coordinator_lease
+    WHERE node_id = %(node)s AND round = %(round)s AND state = 'active' AND deadline >= %(now)s
+    ORDER BY id LIMIT 1
+) held ON true
+WHERE c.id = %(campaign)s
+"""
+
+SUBMISSION_VIEW = """
+SELECT l.id, l.lease_id, l.node_id, l.state, l.deadline, l.round, l.questions, l.submission_id,
+       l.ack, l.campaign_id, c.name, c.config::text, n.state
+FROM coordinator_lease l
+JOIN campaigns_campaign c ON c.id = l.campaign_id
+JOIN coordinator_workernode n ON n.id = %(node)s
+WHERE l.lease_id = %(lease_id)s
+   OR (l.node_id = %(node)s AND l.submission_id = %(submission_id)s AND l.submission_id <> '')
+LIMIT 2
+"""
+
+INSERT_LEASE = """
+INSERT INTO coordinator_lease (lease_id, campaign_id, node_id, round, state, questions, issued_at,
+                               deadline, reissue_of_id, submission_id, ack)
+VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s::jsonb, %(now)s,
+        %(deadline)s, NULL, '', NULL)
+"""
+
+# Its row count is the number of rollouts stored: len(rollouts), or 0 when the lease was no
+# longer active (claimed by a racing connection, expired or released meanwhile). The rows
+# arrive as one JSON array (one parameter, sent as it is) rather than as arrays of columns,
+# whose text form psycopg would escape in Python, element by element: 36 KB per submission.
+STORE_SUBMISSION = """
+WITH claimed AS (
+    UPDATE coordinator_lease SET state = 'submitted', submission_id = %(submission_id)s,
+                                 ack = %(ack)s::jsonb
+    WHERE id = %(lease)s AND state = 'active'
+    RETURNING id
+), counted AS (
+    UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1
+    WHERE id = %(node)s AND EXISTS (SELECT 1 FROM claimed)
+), numbered AS (
+    UPDATE campaigns_campaign SET rollout_sequence = rollout_sequence + %(count)s
+    WHERE id = %(campaign)s AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING rollout_sequence - %(count)s AS first
+)
+INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
+                                     round, task, question_seed, question_index, record,
+                                     mean_reward, zero_advantage, in_pool, created_at)
+SELECT %(campaign)s, numbered.first + r.position, r.rollout_id, %(node)s, %(lease)s, %(tier)s,
+       %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward, r.zero_advantage, true, now()
+FROM numbered,
+     jsonb_to_recordset(%(rows)s::jsonb)
+         AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
+              mean_reward float8, zero_advantage bool)
+"""

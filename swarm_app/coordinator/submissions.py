@@ -14,28 +14,31 @@ its rollouts leave the pool. Nothing else changes on any failure. On success the
 the pool with the coordinator's rewards and advantages, in one transaction with the lease.
 
 Cost (this is the coordinator's hottest path; bench/coordinator.py measures it): one read for
-the lease, its campaign and any earlier use of the submission id; the re-scoring, which builds
-each question's reasoning-gym entry once and scores all G completions against it; then one
-transaction of four statements (claim the lease, count the node's submission, allocate pool
-sequence numbers, insert the rollouts). The campaign row, whose sequence counter every
-submission of the campaign updates, is locked last so that concurrent submissions wait on it as
-briefly as possible.
+the lease, its campaign, the node's state and any earlier use of the submission id; the
+re-scoring, which builds each question's reasoning-gym entry once and scores all G completions
+against it; then one write: claim the lease, count the node's submission, allocate pool
+sequence numbers, insert the rollouts. On PostgreSQL read and write are one prepared statement
+each (sql.py); elsewhere they are ORM queries and a transaction of four statements.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Campaign, settings_from_text
+from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.sql import bump, insert
 from worker.advantages import group_advantages
+from worker.campaign import CampaignConfig
 from worker.protocol import ErrorCode, ProtocolError
 from worker.rewards import RewardConfig, extract_answer
 from worker.rollout import Rollout
@@ -81,19 +84,147 @@ def pool_record(rollout: Rollout) -> dict[str, Any]:
     return data
 
 
-def _duplicate(lease: Lease) -> ProtocolError:
-    error = ProtocolError(
-        ErrorCode.DUPLICATE_SUBMISSION, f"submission {lease.submission_id} was already accepted"
-    )
-    error.data = lease.ack
+def _duplicate(submission_id: str, ack: dict[str, Any] | None) -> ProtocolError:
+    error = ProtocolError(ErrorCode.DUPLICATE_SUBMISSION, f"submission {submission_id} was already accepted")
+    error.data = ack
     return error
 
 
-def _reject(node: WorkerNode, campaign: Campaign, code: ErrorCode, message: str) -> ProtocolError:
+@dataclass
+class LeaseView:
+    """What a submission is checked against: a lease, its campaign's config, the node's state."""
+
+    pk: int
+    lease_id: str
+    node_pk: int
+    state: str
+    deadline: datetime
+    round: int
+    questions: list[dict[str, Any]]
+    submission_id: str
+    ack: dict[str, Any] | None
+    campaign_pk: int
+    config: CampaignConfig
+    node_state: str
+
+
+def _find_leases(node: WorkerNode, submission_id: str, lease_id: str) -> list[LeaseView]:
+    """The lease ``lease_id`` and any lease of this node that already carries ``submission_id``.
+
+    At most two rows, as both are unique; one query.
+    """
+    if sql.is_postgres():
+        rows = sql.fetch(
+            sql.SUBMISSION_VIEW, {"node": node.pk, "lease_id": lease_id, "submission_id": submission_id}
+        )
+        # Django's connections load jsonb as text (its JSONField parses it): questions, ack.
+        return [
+            LeaseView(
+                *row[:6],
+                json.loads(row[6]),
+                row[7],
+                json.loads(row[8]) if row[8] is not None else None,
+                row[9],
+                settings_from_text(row[11]),
+                row[12],
+            )
+            for row in rows
+        ]
+    found = Lease.objects.select_related("campaign").filter(
+        Q(lease_id=lease_id) | Q(node_id=node.pk, submission_id=submission_id)
+    )[:2]
+    state = WorkerNode.objects.values_list("state", flat=True).get(pk=node.pk)
+    return [
+        LeaseView(
+            row.pk,
+            row.lease_id,
+            row.node_id,
+            row.state,
+            row.deadline,
+            row.round,
+            row.questions,
+            row.submission_id,
+            row.ack,
+            row.campaign_id,
+            row.campaign.settings,
+            state,
+        )
+        for row in found
+    ]
+
+
+def _store(
+    node: WorkerNode, lease: LeaseView, submission_id: str, ack: dict[str, Any], rollouts: list[Rollout]
+) -> bool:
+    """Claim the lease and put the rollouts in the pool, all or nothing; False if not claimed."""
+    if sql.is_postgres():
+        stored = sql.fetch(
+            sql.STORE_SUBMISSION,
+            {
+                "submission_id": submission_id,
+                "ack": json.dumps(ack),
+                "lease": lease.pk,
+                "node": node.pk,
+                "campaign": lease.campaign_pk,
+                "count": len(rollouts),
+                "tier": node.tier,
+                "round": lease.round,
+                "rows": json.dumps(
+                    [
+                        {
+                            "position": position,  # 1, 2, ...: offset into the allocated range
+                            "rollout_id": r.rollout_id,
+                            "task": r.ref.task,
+                            "seed": r.ref.seed,
+                            "index": r.ref.index,
+                            "record": pool_record(r),
+                            "mean_reward": r.mean_reward,
+                            "zero_advantage": r.zero_advantage,
+                        }
+                        for position, r in enumerate(rollouts, start=1)
+                    ]
+                ),
+            },
+        )
+        return stored[0][0] == len(rollouts)
+    with transaction.atomic():
+        # Claim the lease only if it is still active: the UPDATE locks the row, so of two
+        # racing connections of this node exactly one claims it; the other sees 0 rows.
+        claimed = Lease.objects.filter(pk=lease.pk, state=Lease.State.ACTIVE).update(
+            state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack
+        )
+        if not claimed:
+            return False
+        bump(WorkerNode, node.pk, "accepted_submissions", 1)
+        last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
+        insert(
+            [
+                PoolRollout(
+                    campaign_id=lease.campaign_pk,
+                    sequence=last - len(rollouts) + 1 + offset,
+                    rollout_id=rollout.rollout_id,
+                    node_id=node.pk,
+                    lease_id=lease.pk,
+                    tier=node.tier,
+                    round=lease.round,
+                    task=rollout.ref.task,
+                    question_seed=rollout.ref.seed,
+                    question_index=rollout.ref.index,
+                    record=pool_record(rollout),
+                    mean_reward=rollout.mean_reward,
+                    zero_advantage=rollout.zero_advantage,
+                )
+                for offset, rollout in enumerate(rollouts)
+            ]
+        )
+    return True
+
+
+def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: str) -> ProtocolError:
     """Count a false submission against the node; ban it at the threshold."""
     with transaction.atomic():
         rejected = bump(WorkerNode, node.pk, "rejected_submissions", 1)
-        threshold = campaign.settings.ban_threshold
+        threshold = config.ban_threshold
         if rejected >= threshold:
             WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.BANNED, connected=False)
             PoolRollout.objects.filter(node=node).update(in_pool=False)
@@ -108,25 +239,19 @@ def _reject(node: WorkerNode, campaign: Campaign, code: ErrorCode, message: str)
 def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> dict[str, Any]:
     if not submission_id:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'submission_id': must not be empty")
-    # One query for the lease (with its campaign) and any lease of this node that already
-    # carries this submission id: at most two rows, as both are unique.
-    found = list(
-        Lease.objects.select_related("campaign").filter(
-            Q(lease_id=lease_id) | Q(node_id=node.pk, submission_id=submission_id)
-        )[:2]
-    )
+    found = _find_leases(node, submission_id, lease_id)
     lease = next((row for row in found if row.lease_id == lease_id), None)
     if lease is None:
         raise ProtocolError(ErrorCode.UNKNOWN_LEASE, f"no lease {lease_id}")
-    if lease.node_id != node.pk:
+    if lease.node_pk != node.pk:
         raise ProtocolError(ErrorCode.LEASE_NOT_YOURS, "this lease was issued to another node")
-    if node.state == WorkerNode.State.BANNED:
+    if lease.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
     previous = next(
-        (row for row in found if row.node_id == node.pk and row.submission_id == submission_id), None
+        (row for row in found if row.node_pk == node.pk and row.submission_id == submission_id), None
     )
     if previous is not None:
-        raise _duplicate(previous)
+        raise _duplicate(submission_id, previous.ack)
     if lease.state == Lease.State.SUBMITTED:
         raise ProtocolError(
             ErrorCode.DUPLICATE_SUBMISSION, f"lease {lease_id} was already submitted as {lease.submission_id}"
@@ -137,8 +262,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             f"lease {lease_id} expired at {lease.deadline:%H:%M:%S} UTC; its questions were given to other workers",
         )
 
-    campaign = lease.campaign
-    config = campaign.settings
+    config = lease.config
     refs = [QuestionRef.from_json(r) for r in lease.questions]
     if [r.ref for r in rollouts] != refs:
         raise ProtocolError(
@@ -167,7 +291,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         ):
             raise _reject(
                 node,
-                campaign,
+                config,
                 ErrorCode.GROUND_TRUTH_MISMATCH,
                 f"rollouts[{i}]: question or answer differs from the record",
             )
@@ -176,7 +300,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             if abs(claimed - true) > REWARD_TOLERANCE:
                 raise _reject(
                     node,
-                    campaign,
+                    config,
                     ErrorCode.REWARD_MISMATCH,
                     f"rollouts[{i}].rewards[{g}]: claimed {claimed}, the verifier gives {true}",
                 )
@@ -193,42 +317,15 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         rollout.rewards = true_rewards
         rollout.advantages = group_advantages(true_rewards, scale)
     try:
-        with transaction.atomic():
-            # Claim the lease only if it is still active: the UPDATE locks the row, so of two
-            # racing connections of this node exactly one claims it; the other sees 0 rows.
-            claimed = Lease.objects.filter(pk=lease.pk, state=Lease.State.ACTIVE).update(
-                state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack
-            )
-            if not claimed:
-                locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
-                if locked.state == Lease.State.SUBMITTED:
-                    raise _duplicate(locked)
-                raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
-            bump(WorkerNode, node.pk, "accepted_submissions", 1)
-            last = bump(Campaign, campaign.pk, "rollout_sequence", len(rollouts))
-            insert(
-                [
-                    PoolRollout(
-                        campaign=campaign,
-                        sequence=last - len(rollouts) + 1 + offset,
-                        rollout_id=rollout.rollout_id,
-                        node=node,
-                        lease=lease,
-                        tier=node.tier,
-                        round=lease.round,
-                        task=rollout.ref.task,
-                        question_seed=rollout.ref.seed,
-                        question_index=rollout.ref.index,
-                        record=pool_record(rollout),
-                        mean_reward=rollout.mean_reward,
-                        zero_advantage=rollout.zero_advantage,
-                    )
-                    for offset, rollout in enumerate(rollouts)
-                ]
-            )
+        stored = _store(node, lease, submission_id, ack, rollouts)
     except IntegrityError:
         # A rollout id reused from an earlier submission: refuse rather than overwrite the pool.
         raise ProtocolError(
             ErrorCode.LEASE_MISMATCH, "a rollout_id in this submission was already used"
         ) from None
+    if not stored:
+        locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
+        if locked.state == Lease.State.SUBMITTED:
+            raise _duplicate(locked.submission_id, locked.ack)
+        raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
     return ack
