@@ -223,7 +223,9 @@ def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple
             # The per-connection rate limit protects production servers from a runaway worker;
             # the benchmark measures the server's capacity, so it must not be the bound.
             stack.enter_context(
-                asgi_server(logs / f"daphne-{i}.log", WORKER_RATE_PER_SECOND="1000000", WORKER_RATE_BURST="1000000")
+                asgi_server(
+                    logs / f"daphne-{i}.log", WORKER_RATE_PER_SECOND="1000000", WORKER_RATE_BURST="1000000"
+                )
             ).replace("http", "ws", 1)
             for i in range(servers)
         ]

@@ -335,12 +335,21 @@ def test_a_node_over_the_ban_threshold_leaves_the_pool(ready, campaign):
                     "submit", submission_id=f"lie-{attempt}", lease_id=lease["lease_id"], rollouts=false
                 )
             )
+        # The ban holds on the connection it happened on, too: an honest submission for the
+        # same lease is refused (and the socket closed: banned is fatal).
+        after_ban = await s.request(
+            "submit",
+            submission_id="honest-after-ban",
+            lease_id=lease["lease_id"],
+            rollouts=honest_rollouts(lease, "node-a", "tiny-1m", mix),
+        )
         await s.close()
-        return replies
+        return replies, after_ban
 
-    replies = run(cheat())
+    replies, after_ban = run(cheat())
     assert [r["code"] for r in replies] == ["reward_mismatch"] * 3
     assert "banned" in replies[-1]["message"]
+    expect_error(after_ban, "banned")
     node = WorkerNode.objects.get(node_id="node-a")
     assert node.state == WorkerNode.State.BANNED
     assert not PoolRollout.objects.filter(node=node, in_pool=True).exists()

@@ -167,10 +167,21 @@ class Question:
     metadata: dict[str, Any]
 
 
+@lru_cache(maxsize=4096)
+def _entry(name: str, config_json: str, seed: int, index: int) -> dict[str, Any]:
+    return dataset_for(name, config_json, seed)[index]
+
+
 def entry(mix: TaskMix, ref: QuestionRef) -> dict[str, Any]:
-    """The reasoning-gym entry (question, answer, metadata) behind ``ref``."""
+    """The reasoning-gym entry (question, answer, metadata) behind ``ref``; callers must not
+    modify it.
+
+    Cached: generating an entry costs several times more than scoring an answer against it, and
+    every question is needed more than once (a coordinator generates it for the lease, then
+    again to re-score the G completions of the submission; an agent, to prompt and to score).
+    """
     spec = mix.spec(ref.task)
-    return dataset_for(spec.name, canonical_json(spec.config), ref.seed)[ref.index]
+    return _entry(spec.name, canonical_json(spec.config), ref.seed, ref.index)
 
 
 def question(mix: TaskMix, ref: QuestionRef) -> Question:
@@ -184,8 +195,9 @@ def question(mix: TaskMix, ref: QuestionRef) -> Question:
 def score_answer(mix: TaskMix, ref: QuestionRef, answer: str | None) -> float:
     """The task's own verifier: reasoning-gym's ``score_answer`` for the entry behind ``ref``."""
     spec = mix.spec(ref.task)
-    dataset = dataset_for(spec.name, canonical_json(spec.config), ref.seed)
-    return float(dataset.score_answer(answer, dataset[ref.index]))
+    config_json = canonical_json(spec.config)
+    item = _entry(spec.name, config_json, ref.seed, ref.index)
+    return float(dataset_for(spec.name, config_json, ref.seed).score_answer(answer, item))
 
 
 def ref_at(mix: TaskMix, seed: int, position: int) -> QuestionRef:

@@ -64,13 +64,15 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
     table = _quote(model._meta.db_table)
     column = _quote(model._meta.get_field(field).column)
     key = _quote(model._meta.pk.column)
-    with connection.cursor() as cursor:
-        # Only names from the model's _meta are formatted in; values are bound parameters.
-        cursor.execute(
-            f"UPDATE {table} SET {column} = {column} + %s WHERE {key} = %s RETURNING {column}",
-            [by, pk],
-        )
-        row = cursor.fetchone()
+    # Only names from the model's _meta are formatted in; values are bound parameters.
+    statement = f"UPDATE {table} SET {column} = {column} + %(by)s WHERE {key} = %(pk)s RETURNING {column}"
+    if is_postgres():
+        rows = fetch(statement, {"by": by, "pk": pk})
+        row = rows[0] if rows else None
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, {"by": by, "pk": pk})
+            row = cursor.fetchone()
     if row is None:
         raise model.DoesNotExist(f"{model.__name__} {pk} does not exist")
     return int(row[0])

@@ -42,14 +42,15 @@ from worker.campaign import CampaignConfig
 from worker.protocol import ErrorCode, ProtocolError
 from worker.rewards import RewardConfig, extract_answer
 from worker.rollout import Rollout
-from worker.tasks import QuestionRef, TaskMix, canonical_json, dataset_for, question
+from worker.tasks import QuestionRef, TaskMix, canonical_json, dataset_for, entry, question
 
 REWARD_TOLERANCE = 1e-6
 
 
-def _normalised(value: Any) -> Any:
-    """JSON round trip: tuples in reasoning-gym metadata arrive as lists."""
-    return json.loads(json.dumps(value))
+def _same_metadata(sent: Any, recorded: Any) -> bool:
+    """Equal as JSON: tuples in reasoning-gym metadata arrive as lists (compared after a JSON
+    round trip when the plain comparison fails)."""
+    return sent == recorded or json.loads(json.dumps(sent)) == json.loads(json.dumps(recorded))
 
 
 def verified_rewards(
@@ -58,13 +59,13 @@ def verified_rewards(
     """The rewards of ``completions`` by the task's own verifier: ``worker.rewards.rewards``.
 
     Same formula (reasoning-gym's ``score_answer`` on the extracted answer, plus the format
-    weight when answer tags are present), but the reasoning-gym entry is generated once per
-    question instead of once per completion: generating it costs several times more than
-    scoring against it. tests/test_coordinator_protocol.py checks that the two agree.
+    weight when answer tags are present), but the dataset and the entry are looked up once per
+    question instead of once per completion. tests/test_coordinator_protocol.py checks that
+    the two agree.
     """
     spec = mix.spec(ref.task)
     dataset = dataset_for(spec.name, canonical_json(spec.config), ref.seed)
-    item = dataset[ref.index]
+    item = entry(mix, ref)
     out = []
     for completion in completions:
         answer = extract_answer(completion)
@@ -287,7 +288,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         if (
             rollout.question != record.question
             or rollout.answer != record.answer
-            or _normalised(rollout.metadata) != _normalised(record.metadata)
+            or not _same_metadata(rollout.metadata, record.metadata)
         ):
             raise _reject(
                 node,
