@@ -26,6 +26,19 @@
    autovacuum would have done for a table that grew to that size; on SQLite, by bulk_create in
    batches.
 
+3. Lease-request latency (issue_lease in this process, p50/p99) in a campaign that has issued
+   10k and 200k leases before (``lease_ratio=``, p99 after 200k over p99 after 10k): what a
+   lease request reads must not grow with the campaign's history.
+
+4. ``--only floor`` (also part of the default run): the irreducible server-side cost of one
+   coordinator round, measured piece by piece in this process with no websocket and no ORM:
+   parsing and validating a submission, re-scoring its 64 completions against cached entries,
+   building its pool records, and the smallest durable write of them (one autocommit INSERT of
+   the 8 records into a scratch table, CPU of its PostgreSQL backend read from /proc). Their sum
+   is a lower bound on what any coordinator that keeps the issue's checks must spend per round;
+   the default run prints it beside what ``ratio=0.5`` would allow (two echo messages' server
+   CPU, measured in the same run). See docs/coordinator-bench.md.
+
 Simulated workers are kept cheap so that they take as little as possible of the CPU the server
 needs (client and server share the machine): each builds its rollout records as plain dicts and
 scores its two distinct completions per question with the worker's own verifier
@@ -36,7 +49,7 @@ Run against PostgreSQL and Redis (the production set-up) or embedded:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
         SECRET_KEY=bench .venv/bin/python bench/coordinator.py [--clients 8] [--seconds 20] [--big 1000000] \
-        [--servers 1] [--only throughput|sampling]
+        [--servers 1] [--only throughput|sampling|leases|floor]
 
 It creates its own campaigns in that database; use a database of its own.
 """
@@ -292,7 +305,7 @@ def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple
         f"server CPU per 1000 rollouts: coordinator {coordinator_cpu:.3f} s, echo {echo_cpu:.3f} s; "
         f"cpu_ratio={echo_cpu / coordinator_cpu:.3f}"
     )
-    return coordinator / echo, echo_cpu / coordinator_cpu
+    return coordinator / echo, echo_cpu
 
 
 def fill_pool_bulk(campaign, nodes: list, leases: list, record: dict, size: int) -> None:
@@ -348,7 +361,7 @@ def sampling_latency(size: int, calls: int = 300) -> float:
     from django.utils import timezone
 
     from swarm_app.campaigns.models import Campaign
-    from swarm_app.coordinator.models import Lease, WorkerNode
+    from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
     from swarm_app.coordinator.pool import sample_external
     from swarm_app.coordinator.tokens import create_token
 
@@ -390,6 +403,158 @@ def sampling_latency(size: int, calls: int = 300) -> float:
         f"sampling at pool size {size}: p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms  ({calls} draws of J=4)"
     )
     Campaign.objects.filter(pk=campaign.pk).delete()
+    if connection.vendor == "postgresql":
+        # The synthetic pool's statistics (a million rows over 8 leases) would outlive its rows:
+        # the next campaign's deferred foreign-key checks would then be planned as scans of the
+        # whole table (deleting the throughput campaign took minutes). Reclaim and re-measure.
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {PoolRollout._meta.db_table}")
+    return p99
+
+
+def median_ms(function, repeats: int = 300) -> float:
+    function()  # warm caches (entries, prepared statements)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return percentile(times, 50) * 1000
+
+
+def floor() -> float:
+    """Milliseconds of server CPU one round needs at least (module docstring, part 4)."""
+    from django.db import connection
+
+    from swarm_app.coordinator.submissions import pool_record, verified_rewards
+    from worker import protocol
+    from worker.campaign import CampaignConfig
+    from worker.rewards import RewardConfig
+    from worker.tasks import question, ref_at
+
+    config = CampaignConfig(group_size=G, questions_per_round=QUESTIONS).validate()
+    mix = config.mix
+    lease = {
+        "round": 0,
+        "questions": [
+            {"ref": ref.to_json(), "question": q.question, "answer": q.answer, "metadata": q.metadata}
+            for ref in (ref_at(mix, config.seed, position) for position in range(QUESTIONS))
+            for q in [question(mix, ref)]
+        ],
+    }
+    raw = protocol.encode(
+        "submit", id="1", submission_id="s", lease_id="l", rollouts=rollouts_for(lease, "n", mix)
+    )
+    rollouts = protocol.parse(raw, "worker").fields["rollouts"]
+    reward_config = RewardConfig(config.format_weight)
+    # Pure Python, single-threaded: wall time is CPU time here.
+    cpu_ms = {
+        "parse and validate": median_ms(lambda: protocol.parse(raw, "worker")),
+        "re-score 64 completions": median_ms(
+            lambda: [verified_rewards(mix, r.ref, r.completions, reward_config) for r in rollouts]
+        ),
+        "pool records as JSON": median_ms(lambda: json.dumps([pool_record(r) for r in rollouts])),
+    }
+    if connection.vendor == "postgresql":
+        cpu_ms["durable insert of the 8 records"] = durable_insert_cpu_ms(
+            [json.dumps(pool_record(r)) for r in rollouts]
+        )
+    for name, ms in cpu_ms.items():
+        print(f"floor: {name:<34} {ms:6.3f} ms of CPU")
+    total = sum(cpu_ms.values())
+    print(f"floor: server CPU per round at least {total:.3f} ms")
+    return total
+
+
+def durable_insert_cpu_ms(records: list[str], repeats: int = 300) -> float:
+    """CPU of the PostgreSQL backend per autocommit INSERT of ``records`` (prepared)."""
+    import psutil
+    import psycopg
+    from django.db import connection
+
+    settings_dict = connection.settings_dict
+    with psycopg.connect(
+        host=settings_dict["HOST"] or "127.0.0.1",
+        port=settings_dict["PORT"] or 5432,
+        user=settings_dict["USER"],
+        dbname=settings_dict["NAME"],
+        autocommit=True,
+    ) as pg:
+        pg.execute(
+            "CREATE TABLE IF NOT EXISTS bench_floor_pool "
+            "(id bigserial PRIMARY KEY, rollout_id text UNIQUE, record jsonb NOT NULL)"
+        )
+        backend = psutil.Process(pg.execute("SELECT pg_backend_pid()").fetchone()[0])
+        statement = (
+            "INSERT INTO bench_floor_pool (rollout_id, record) "
+            "SELECT gen_random_uuid()::text, r FROM unnest(%s::text[]::jsonb[]) AS r"
+        )
+        before = backend.cpu_times()
+        median_ms(lambda: pg.execute(statement, [records], prepare=True), repeats)
+        after = backend.cpu_times()
+        pg.execute("DROP TABLE bench_floor_pool")
+    spent = (after.user + after.system) - (before.user + before.system)
+    return 1000 * spent / (repeats + 1)
+
+
+def lease_latency(history: int, calls: int = 300) -> float:
+    """p99 seconds of a lease request (issue_lease, in process) in a campaign that has already
+    issued ``history`` leases (all submitted), as a long-running campaign has."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from swarm_app.campaigns.models import Campaign
+    from swarm_app.coordinator.leases import issue_lease
+    from swarm_app.coordinator.models import Lease, WorkerNode
+    from swarm_app.coordinator.tokens import create_token
+
+    campaign, _ = make_campaign(f"bench-leases-{history}")
+    token, _ = create_token(campaign)
+    nodes = [
+        WorkerNode.objects.create(campaign=campaign, node_id=f"n{i}", token=token, tier="tiny-1m")
+        for i in range(8)
+    ]
+    start = time.perf_counter()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                INSERT INTO {Lease._meta.db_table} (lease_id, campaign_id, node_id, round, state, questions,
+                                                    issued_at, deadline, submission_id)
+                SELECT 'h{campaign.pk}-' || s, %s, (%s::bigint[])[s %% 8 + 1], s / 8, 'submitted', '[]'::jsonb,
+                       now(), now(), 's' || s
+                FROM generate_series(0, %s - 1) AS s
+                """,
+                [campaign.pk, [n.pk for n in nodes], history],
+            )
+            cursor.execute(f"ANALYZE {Lease._meta.db_table}")
+    else:
+        now = timezone.now()
+        Lease.objects.bulk_create(
+            Lease(
+                lease_id=f"h{campaign.pk}-{s}",
+                campaign=campaign,
+                node=nodes[s % 8],
+                round=s // 8,
+                state=Lease.State.SUBMITTED,
+                questions=[],
+                deadline=now,
+                submission_id=f"s{s}",
+            )
+            for s in range(history)
+        )
+    print(f"lease history of {history}: filled in {time.perf_counter() - start:.1f} s")
+    latencies = []
+    first_round = history // 8 + 1
+    for i in range(calls):
+        t = time.perf_counter()
+        issue_lease(nodes[i % 8], first_round + i)
+        latencies.append(time.perf_counter() - t)
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    print(
+        f"lease request after {history} leases: p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms  ({calls} requests)"
+    )
+    Campaign.objects.filter(pk=campaign.pk).delete()
     return p99
 
 
@@ -403,7 +568,10 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--servers", type=int, default=1, help="daphne processes (default 1)")
-    parser.add_argument("--only", choices=["throughput", "sampling"], help="run one part only")
+    parser.add_argument("--big-history", type=int, default=200_000, help="leases before the timed requests")
+    parser.add_argument(
+        "--only", choices=["throughput", "sampling", "leases", "floor"], help="run one part only"
+    )
     args = parser.parse_args()
     setup_django()
     from django.db import connection
@@ -412,12 +580,28 @@ def main() -> None:
         f"database: {connection.vendor}; {args.clients} clients; {args.passes} alternating passes of "
         f"{args.seconds:.0f} s; {os.cpu_count()} CPUs"
     )
-    if args.only != "throughput":
+    if args.only in (None, "sampling"):
         small = sampling_latency(args.small)
         big = sampling_latency(args.big)
         print(f"sampling_ratio={big / small:.2f}  (p99 at {args.big} over p99 at {args.small}; goal <= 2)")
-    if args.only != "sampling":
-        ratio, _ = throughput(args.clients, args.seconds, args.passes, args.servers)
+    if args.only in (None, "leases"):
+        small = lease_latency(args.small)
+        big = lease_latency(args.big_history)
+        print(
+            f"lease_ratio={big / small:.2f}  (p99 after {args.big_history} leases over p99 after {args.small}; "
+            "a lease request's cost must not grow with the campaign's history)"
+        )
+    round_floor = floor() if args.only in (None, "floor") else None
+    if args.only in (None, "throughput"):
+        ratio, echo_cpu_per_k = throughput(args.clients, args.seconds, args.passes, args.servers)
+        if round_floor is not None:
+            # An echo message carries one submission's worth (QUESTIONS rollouts); a coordinator
+            # round at half the echo's rate may spend at most twice its server CPU.
+            allowed = 2 * echo_cpu_per_k * QUESTIONS
+            print(
+                f"ratio 0.5 allows {allowed:.3f} ms of server CPU per round (two echo messages); "
+                f"the floor above is {round_floor:.3f} ms, {round_floor / allowed:.1f}x that"
+            )
         print(f"ratio={ratio:.3f}  (coordinator rollouts/s over echo rollouts/s; goal >= 0.5)")
 
 

@@ -110,8 +110,9 @@ def insert(objs: Sequence[models.Model]) -> None:
 # Table names are the models' (swarm_app/coordinator/models.py, campaigns/models.py); the
 # states are the models' State values. Literal conditions (submission_id <> '') let a generic
 # plan use the partial unique index on (node, submission_id). "Any lease waiting" is two
-# EXISTS, each a range of the (campaign, state, deadline) index: with one OR over both, the
-# planner read every lease of the campaign, a cost that grew with the campaign's age.
+# EXISTS, each a range of the (campaign, state, deadline) index; with one OR over both, the
+# planner was seen (on a table with small statistics) to read every lease of the campaign, a
+# cost that grows with the campaign's age (bench/coordinator.py's lease_ratio watches it).
 
 LEASE_VIEW = """
 SELECT c.name, c.state, c.config::text, n.state,
