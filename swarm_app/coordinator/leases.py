@@ -82,7 +82,6 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
             sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
         )
         name, state, config, node_state, held_id, held_deadline, held_refs, any_waiting = row
-        # Django's connections load jsonb as text (its JSONField parses it).
         held = (held_id, held_deadline, json.loads(held_refs)) if held_id is not None else None
         return LeaseRequestView(name, state, settings_from_text(config), node_state, held, any_waiting)
     held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)

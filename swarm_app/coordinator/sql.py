@@ -108,7 +108,8 @@ def insert(objs: Sequence[models.Model]) -> None:
 
 # --- PostgreSQL statements of the two hot requests ------------------------------------------
 # Table names are the models' (swarm_app/coordinator/models.py, campaigns/models.py); the
-# states are the models' State values. Literal conditions (submission_id <> '') let a generic
+# states are the models' State values. JSON columns are read as text (::text) and parsed by
+# the caller, whatever loaders the connection has. Literal conditions (submission_id <> '') let a generic
 # plan use the partial unique index on (node, submission_id). "Any lease waiting" is two
 # EXISTS, each a range of the (campaign, state, deadline) index; with one OR over both, the
 # planner was seen (on a table with small statistics) to read every lease of the campaign, a
@@ -116,7 +117,7 @@ def insert(objs: Sequence[models.Model]) -> None:
 
 LEASE_VIEW = """
 SELECT c.name, c.state, c.config::text, n.state,
-       held.lease_id, held.deadline, held.questions,
+       held.lease_id, held.deadline, held.questions::text,
        EXISTS (SELECT 1 FROM coordinator_lease w
                WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
        OR EXISTS (SELECT 1 FROM coordinator_lease w
@@ -132,8 +133,8 @@ WHERE c.id = %(campaign)s
 """
 
 SUBMISSION_VIEW = """
-SELECT l.id, l.lease_id, l.node_id, l.state, l.deadline, l.round, l.questions, l.submission_id,
-       l.ack, l.campaign_id, c.name, c.config::text, n.state
+SELECT l.id, l.lease_id, l.node_id, l.state, l.deadline, l.round, l.questions::text, l.submission_id,
+       l.ack::text, l.campaign_id, c.name, c.config::text, n.state
 FROM coordinator_lease l
 JOIN campaigns_campaign c ON c.id = l.campaign_id
 JOIN coordinator_workernode n ON n.id = %(node)s

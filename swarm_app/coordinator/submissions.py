@@ -118,7 +118,6 @@ def _find_leases(node: WorkerNode, submission_id: str, lease_id: str) -> list[Le
         rows = sql.fetch(
             sql.SUBMISSION_VIEW, {"node": node.pk, "lease_id": lease_id, "submission_id": submission_id}
         )
-        # Django's connections load jsonb as text (its JSONField parses it): questions, ack.
         return [
             LeaseView(
                 *row[:6],
