@@ -9,6 +9,10 @@
    then the submission of its 8 questions x G=8 completions); each echo round is one message of
    the submission's size.
 
+   After the alternating passes, one more pass runs the whole protocol of a worker's round
+   (lease, submit, sample_request for J = 4, metrics): ``full rounds`` (not part of ``ratio=``)
+   is the figure for capacity planning.
+
    Beside wall-clock rates, each phase reports the CPU seconds the server side spent (daphne
    processes, and PostgreSQL's processes when the database is PostgreSQL) per 1000 rollouts,
    read from /proc through psutil. On a machine shared with other jobs the rates move with the
@@ -128,8 +132,13 @@ def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
 
 
 async def coordinator_client(
-    url: str, token: str, node_id: str, mix, until: float, latencies: list[float]
+    url: str, token: str, node_id: str, mix, until: float, latencies: list[float], full: bool = False
 ) -> int:
+    """Rounds of lease + submit until ``until``; returns the rollouts acknowledged.
+
+    ``full``: each round is what a volunteer's worker sends, in its order: lease, submit, a
+    sample of J = 4 external rollouts, the round's metrics.
+    """
     import websockets
 
     from worker.protocol import PROTOCOL_VERSION, encode
@@ -163,6 +172,11 @@ async def coordinator_client(
             latencies.append(time.perf_counter() - start)
             assert ack["type"] == "submit_ack", ack
             acked += len(rollouts)
+            if full:
+                samples = await request("sample_request", round=round, count=4)
+                assert samples["type"] == "samples", samples
+                metrics = await request("metrics", round=round, metrics={"loss": 0.1, "reward": 0.5})
+                assert metrics["type"] == "metrics_ack", metrics
             round += 1
     return acked
 
@@ -295,6 +309,29 @@ def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple
                     f"server CPU {per_k:6.3f} s per 1000 rollouts "
                     f"(daphne {spent['daphne']:.1f} s, postgres {spent['postgres']:.1f} s in {elapsed:.0f} s)"
                 )
+        # Once more with the whole protocol of a worker's round (not part of ratio=).
+        latencies = []
+        tasks = [
+            coordinator_client(
+                bases[c % servers],
+                token,
+                f"bench-full-{c}",
+                mix,
+                time.monotonic() + seconds,
+                latencies,
+                full=True,
+            )
+            for c in range(clients)
+        ]
+        before = cpu.sample()
+        count, elapsed = asyncio.run(run_phase(tasks, seconds))
+        spent = cpu.spent(before, cpu.sample())
+        per_k = 1000 * (spent["daphne"] + spent["postgres"]) / max(count, 1)
+        print(
+            f"{'full rounds':>12}       : {count / elapsed:8.1f} rollouts/s  (lease, submit, sample, metrics: "
+            f"{count // QUESTIONS / elapsed:.1f} rounds/s)  server CPU {per_k:6.3f} s per 1000 rollouts "
+            f"(daphne {spent['daphne']:.1f} s, postgres {spent['postgres']:.1f} s in {elapsed:.0f} s)"
+        )
     Campaign.objects.filter(pk=campaign.pk).delete()
     coordinator = sum(results["coordinator"]) / rounds
     echo = sum(results["echo"]) / rounds

@@ -142,6 +142,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
         "min_size": int(os.environ.get("DB_POOL_MIN", "1")),
         "max_size": int(os.environ.get("DB_POOL_MAX", "8")),
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The coordinator's hot statements are prepared (swarm_app/coordinator/sql.py): plan them
+    # once, generically. A custom plan built from a new campaign's id trusts statistics that
+    # have not seen the campaign yet (~1 row) and picks the wrong index. Django's own queries
+    # are not prepared; this changes nothing for them.
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options["options"] = f"{_options.get('options', '')} -c plan_cache_mode=force_generic_plan".strip()
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _sqlite_path = Path(DATABASES["default"]["NAME"])
     DATABASES["default"]["OPTIONS"] = {

@@ -85,6 +85,14 @@ def test_sampling_draws_recent_informative_rollouts_of_others(campaign):
     drawn_uniform = [int(r["rollout_id"][1:]) for r in uniform]
     assert len(set(drawn_uniform)) == 10  # without replacement
     assert set(drawn_uniform) <= set(range(19, 31))  # only the window; zero-advantage ones allowed
+    # Within a tier when the campaign says so: I move to tiny-5m, where only rollout 20 is.
+    config = campaign.settings
+    config.pool_within_tier = True
+    Campaign.objects.filter(pk=campaign.pk).update(config=config.to_json())
+    WorkerNode.objects.filter(pk=me.pk).update(tier="tiny-5m")
+    PoolRollout.objects.filter(campaign=campaign, sequence=20).update(tier="tiny-5m")
+    within = sample_external(campaign.pk, me.pk, 10, strategy="uniform", rng=random.Random(0))
+    assert [r["rollout_id"] for r in within] == ["r20"]
     PoolRollout.objects.filter(node=nodes[1]).update(in_pool=False)  # banned node's rollouts
     assert sample_external(campaign.pk, me.pk, 10) == []
 

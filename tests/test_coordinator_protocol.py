@@ -116,6 +116,14 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
         assert len(samples["rollouts"]) == 2  # only two exist: a short answer, not an error
         metrics = await a.request("metrics", round=0, metrics={"reward": 0.99, "loss": 0.1})
         assert metrics["type"] == "metrics_ack"
+        # A second report of the round replaces the first; a round without rollouts is refused.
+        again = await a.request("metrics", round=0, metrics={"reward": 0.98, "loss": 0.2})
+        assert again["type"] == "metrics_ack"
+        expect_error(
+            await a.request("metrics", round=1, metrics={"loss": 0.1}),
+            "invalid_message",
+            "no verified rollouts",
+        )
         assert (await a.request("heartbeat"))["campaign_state"] == "running"
         await a.close()
         await b.close()
@@ -125,8 +133,11 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
     row = RoundMetrics.objects.get(agent="node:node-a", round=0)
     verified = run_result["node-a"]
     assert row.reward == pytest.approx(sum(verified) / len(verified))  # verified, not the claimed 0.99
-    assert row.metrics["reward"] == 0.99
-    assert WorkerNode.objects.get(node_id="node-a").round == 1
+    assert row.metrics == {"reward": 0.98, "loss": 0.2}
+    assert RoundMetrics.objects.filter(agent="node:node-a").count() == 1
+    node_a = WorkerNode.objects.get(node_id="node-a")
+    assert (node_a.round, node_a.last_reward) == (1, pytest.approx(row.reward))
+    assert (row.arm, row.tier, row.node_id, row.campaign_id) == ("swarm", "tiny-1m", node_a.pk, campaign.pk)
     assert PoolRollout.objects.filter(campaign=campaign).count() == 4
     # What was stored is exactly what was submitted, with the coordinator's rewards and
     # advantages, numbered 1..4 in arrival order, under the lease it answered.

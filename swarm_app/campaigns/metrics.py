@@ -7,6 +7,7 @@ reward of the rollouts the node submitted for that round. The node's report supp
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from typing import Any
@@ -62,25 +63,58 @@ def broadcast(campaign_id: int, row: RoundMetrics) -> None:
 
 
 def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetrics:
+    from swarm_app.coordinator import sql
     from swarm_app.coordinator.models import PoolRollout, WorkerNode
 
     cleaned = clean_metrics(metrics)
-    verified = PoolRollout.objects.filter(node=node, round=round).aggregate(reward=Avg("mean_reward"))[
-        "reward"
-    ]
+    agent = f"node:{node.node_id}"
+    if sql.is_postgres():
+        ((verified, row_id),) = sql.fetch(
+            sql.RECORD_NODE_METRICS,
+            {
+                "node": node.pk,
+                "round": round,
+                "campaign": node.campaign_id,
+                "tier": node.tier,
+                "agent": agent,
+                "metrics": json.dumps(cleaned),
+            },
+        )
+        row = RoundMetrics(
+            id=row_id,
+            campaign_id=node.campaign_id,
+            arm=Arm.SWARM,
+            tier=node.tier,
+            agent=agent,
+            node_id=node.pk,
+            round=round,
+            reward=verified,
+            metrics=cleaned,
+        )
+    else:
+        verified = PoolRollout.objects.filter(node=node, round=round).aggregate(reward=Avg("mean_reward"))[
+            "reward"
+        ]
+        if verified is not None:
+            row, _ = RoundMetrics.objects.update_or_create(
+                campaign_id=node.campaign_id,
+                agent=agent,
+                round=round,
+                defaults={
+                    "arm": Arm.SWARM,
+                    "tier": node.tier,
+                    "node": node,
+                    "reward": verified,
+                    "metrics": cleaned,
+                },
+            )
+            WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
+            WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
     if verified is None:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE,
             f"metrics for round {round}: no verified rollouts of this node in that round",
         )
-    row, _ = RoundMetrics.objects.update_or_create(
-        campaign_id=node.campaign_id,
-        agent=f"node:{node.node_id}",
-        round=round,
-        defaults={"arm": Arm.SWARM, "tier": node.tier, "node": node, "reward": verified, "metrics": cleaned},
-    )
-    WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
-    WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
     broadcast(node.campaign_id, row)
     return row
 

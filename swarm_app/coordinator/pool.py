@@ -9,7 +9,9 @@ looks only at the most recent ``pool_window`` of them:
 
 The candidate scan walks the (campaign, sequence) index over at most ``window`` rows and
 fetches only ids, then loads the J chosen records; so the cost depends on the window and J,
-not on the pool's size (no ORDER BY RANDOM() over the table). When fewer than J qualify, all
+not on the pool's size (no ORDER BY RANDOM() over the table). On PostgreSQL the three reads
+are prepared statements (sql.SAMPLE_*), planned generically so that the window's index is used
+even for a campaign the table's statistics do not know yet. When fewer than J qualify, all
 of them are returned and the worker counts the shortfall (worker/sampling.py).
 
 The same function runs inline in the websocket consumer (lowest latency, the default) and as
@@ -19,10 +21,12 @@ ASGI servers.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Campaign, settings_from_text
+from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import PoolRollout, WorkerNode
 from worker.sampling import check_strategy
 
@@ -39,6 +43,23 @@ def sample_external(
     """Up to ``count`` rollout records (verified) for node ``node_pk``; see the module docstring."""
     if count <= 0:
         return []
+    if sql.is_postgres():
+        ((config_text, last, tier),) = sql.fetch(sql.SAMPLE_VIEW, {"campaign": campaign_id, "node": node_pk})
+        config = settings_from_text(config_text)
+        strategy = check_strategy(strategy or config.external_strategy)
+        rows = sql.fetch(
+            sql.SAMPLE_CANDIDATES,
+            {
+                "campaign": campaign_id,
+                "after": last - config.pool_window,
+                "node": node_pk,
+                "nonzero_only": strategy == "nonzero_advantage",
+                "tier": tier if config.pool_within_tier else None,
+            },
+        )
+        chosen = (rng or _rng).sample([row[0] for row in rows], min(count, len(rows)))
+        records = {i: json.loads(text) for i, text in sql.fetch(sql.SAMPLE_RECORDS, {"ids": chosen})}
+        return [records[i] for i in chosen]
     campaign = Campaign.objects.only("config", "rollout_sequence").get(pk=campaign_id)
     config = campaign.settings
     strategy = check_strategy(strategy or config.external_strategy)

@@ -3,8 +3,8 @@
 Profiling bench/coordinator.py (docs/coordinator-bench.md) showed that the ASGI server's one
 Python core is what limits a coordinator: each ORM statement costs more Python than the
 database spends on it, and a row lock taken in a transaction is held while the thread that
-holds it waits for the GIL. So the two requests every worker makes every round, a lease and a
-submission, are on PostgreSQL a few hand-written statements, each sent as a prepared statement
+holds it waits for the GIL. So the requests every worker makes every round (a lease, a submission,
+a pool draw and its metrics) are on PostgreSQL a few hand-written statements, each sent as a prepared statement
 with server-side binding (PostgreSQL plans it once per connection, psycopg converts it once,
 nothing is escaped in Python):
 
@@ -12,6 +12,8 @@ nothing is escaped in Python):
   the node already holds for the round (a reconnect) and whether any lease waits to be reissued.
 * :data:`SUBMISSION_VIEW`: one read for a submission: the lease, its campaign, the node's state,
   and any lease of this node that already carries the submission id (a replay).
+* :data:`SAMPLE_VIEW`, :data:`SAMPLE_CANDIDATES`, :data:`SAMPLE_RECORDS`: a pool draw.
+* :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
   transaction): claim the lease if it is still active, count the node's submission, take a
   range of the campaign's pool sequence numbers, insert the rollouts. The campaign row, which
@@ -177,4 +179,46 @@ FROM numbered,
      jsonb_to_recordset(%(rows)s::jsonb)
          AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
               mean_reward float8, zero_advantage bool)
+"""
+
+# The pool's sampling window (pool.py). Prepared, so planned generically (settings.py sets
+# plan_cache_mode): a custom plan for a campaign newer than the table's statistics estimates
+# its rows at ~1 and walks the campaign's every rollout through the campaign_id index (seen:
+# 12 ms at 18k rollouts, growing), where the (campaign, sequence) index reads only the window.
+SAMPLE_VIEW = """
+SELECT c.config::text, c.rollout_sequence, n.tier
+FROM campaigns_campaign c JOIN coordinator_workernode n ON n.id = %(node)s
+WHERE c.id = %(campaign)s
+"""
+
+SAMPLE_CANDIDATES = """
+SELECT id FROM coordinator_poolrollout
+WHERE campaign_id = %(campaign)s AND sequence > %(after)s AND in_pool AND node_id <> %(node)s
+  AND (NOT %(nonzero_only)s OR NOT zero_advantage) AND (%(tier)s::text IS NULL OR tier = %(tier)s)
+"""
+
+SAMPLE_RECORDS = "SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)"
+
+# A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts
+# that round, the report upserted (one per campaign, agent and round), the node moved on. No
+# row is written when the node has no rollouts that round (reward NULL).
+RECORD_NODE_METRICS = """
+WITH verified AS (
+    SELECT avg(mean_reward) AS reward FROM coordinator_poolrollout
+    WHERE node_id = %(node)s AND round = %(round)s
+), reported AS (
+    INSERT INTO campaigns_roundmetrics (campaign_id, arm, tier, agent, node_id, control_run_id, round,
+                                        reward, metrics, created_at)
+    SELECT %(campaign)s, 'swarm', %(tier)s, %(agent)s, %(node)s, NULL, %(round)s, verified.reward,
+           %(metrics)s::jsonb, now()
+    FROM verified WHERE verified.reward IS NOT NULL
+    ON CONFLICT ON CONSTRAINT one_report_per_round DO UPDATE
+        SET arm = EXCLUDED.arm, tier = EXCLUDED.tier, node_id = EXCLUDED.node_id,
+            reward = EXCLUDED.reward, metrics = EXCLUDED.metrics
+    RETURNING id
+), advanced AS (
+    UPDATE coordinator_workernode SET round = GREATEST(round, %(round)s + 1), last_reward = verified.reward
+    FROM verified WHERE id = %(node)s AND verified.reward IS NOT NULL
+)
+SELECT verified.reward, (SELECT id FROM reported) FROM verified
 """
