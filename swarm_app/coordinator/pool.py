@@ -52,6 +52,7 @@ def sample_external(
             {
                 "campaign": campaign_id,
                 "after": last - config.pool_window,
+                "last": last,
                 "node": node_pk,
                 "nonzero_only": strategy == "nonzero_advantage",
                 "tier": tier if config.pool_within_tier else None,

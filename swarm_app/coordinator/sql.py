@@ -181,10 +181,13 @@ FROM numbered,
               mean_reward float8, zero_advantage bool)
 """
 
-# The pool's sampling window (pool.py). Prepared, so planned generically (settings.py sets
-# plan_cache_mode): a custom plan for a campaign newer than the table's statistics estimates
-# its rows at ~1 and walks the campaign's every rollout through the campaign_id index (seen:
-# 12 ms at 18k rollouts, growing), where the (campaign, sequence) index reads only the window.
+# The pool's sampling window (pool.py): the rollouts numbered last - window + 1 .. last, each
+# looked up by (campaign, sequence) on its unique index. Written as a join with
+# generate_series because that is the one plan the statement has however wrong PostgreSQL's
+# estimates are; both obvious forms were seen to go wrong: "campaign_id = X AND sequence > Y"
+# walked the campaign's every rollout (for a campaign newer than the table's statistics, a
+# custom plan trusts ~1 row for it: 8 ms per draw at 18k rollouts, growing), and as a generic
+# plan scanned the whole table (200 ms at 1M). Prepared, so generic (settings.py).
 SAMPLE_VIEW = """
 SELECT c.config::text, c.rollout_sequence, n.tier
 FROM campaigns_campaign c JOIN coordinator_workernode n ON n.id = %(node)s
@@ -192,9 +195,11 @@ WHERE c.id = %(campaign)s
 """
 
 SAMPLE_CANDIDATES = """
-SELECT id FROM coordinator_poolrollout
-WHERE campaign_id = %(campaign)s AND sequence > %(after)s AND in_pool AND node_id <> %(node)s
-  AND (NOT %(nonzero_only)s OR NOT zero_advantage) AND (%(tier)s::text IS NULL OR tier = %(tier)s)
+SELECT p.id
+FROM generate_series(%(after)s::bigint + 1, %(last)s::bigint) AS window_(sequence)
+JOIN coordinator_poolrollout p ON p.campaign_id = %(campaign)s AND p.sequence = window_.sequence
+WHERE p.in_pool AND p.node_id <> %(node)s
+  AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
 """
 
 SAMPLE_RECORDS = "SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)"
