@@ -93,6 +93,20 @@ def make_campaign(name: str):
     return campaign, create_token(campaign, "bench")[1]
 
 
+def campaign_with_nodes(name: str) -> tuple:
+    """A running campaign with 8 registered nodes (no socket), for the in-process parts."""
+    from swarm_app.coordinator.models import WorkerNode
+    from swarm_app.coordinator.tokens import create_token
+
+    campaign, _ = make_campaign(name)
+    token, _ = create_token(campaign)
+    nodes = [
+        WorkerNode.objects.create(campaign=campaign, node_id=f"n{i}", token=token, tier="tiny-1m")
+        for i in range(8)
+    ]
+    return campaign, nodes
+
+
 def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
     """The submission's rollout records: half right answers, half "0", truthfully scored.
 
@@ -398,16 +412,10 @@ def sampling_latency(size: int, calls: int = 300) -> float:
     from django.utils import timezone
 
     from swarm_app.campaigns.models import Campaign
-    from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+    from swarm_app.coordinator.models import Lease, PoolRollout
     from swarm_app.coordinator.pool import sample_external
-    from swarm_app.coordinator.tokens import create_token
 
-    campaign, _ = make_campaign(f"bench-pool-{size}")
-    token, _ = create_token(campaign)
-    nodes = [
-        WorkerNode.objects.create(campaign=campaign, node_id=f"n{i}", token=token, tier="tiny-1m")
-        for i in range(8)
-    ]
+    campaign, nodes = campaign_with_nodes(f"bench-pool-{size}")
     leases = [
         Lease.objects.create(
             lease_id=f"bench-{campaign.pk}-{i}",
@@ -542,15 +550,9 @@ def lease_latency(history: int, calls: int = 300) -> float:
 
     from swarm_app.campaigns.models import Campaign
     from swarm_app.coordinator.leases import issue_lease
-    from swarm_app.coordinator.models import Lease, WorkerNode
-    from swarm_app.coordinator.tokens import create_token
+    from swarm_app.coordinator.models import Lease
 
-    campaign, _ = make_campaign(f"bench-leases-{history}")
-    token, _ = create_token(campaign)
-    nodes = [
-        WorkerNode.objects.create(campaign=campaign, node_id=f"n{i}", token=token, tier="tiny-1m")
-        for i in range(8)
-    ]
+    campaign, nodes = campaign_with_nodes(f"bench-leases-{history}")
     start = time.perf_counter()
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

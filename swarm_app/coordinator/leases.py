@@ -136,7 +136,7 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
     end = bump(Campaign, node.campaign_id, "next_question_position", count)
     refs = [ref_at(mix, config.seed, position).to_json() for position in range(end - count, end)]
     if sql.is_postgres():
-        sql.fetch(
+        sql.execute(
             sql.INSERT_LEASE,
             {
                 "lease_id": lease_id,

@@ -26,17 +26,15 @@ submissions.py, which do the same in a transaction; the tests run both.
 * :func:`bump`: allocate a range from a counter with ``UPDATE ... SET f = f + n ... RETURNING
   f``. The UPDATE locks the row until its transaction ends, so two servers never get
   overlapping ranges; called outside a transaction, the lock lasts one statement.
-* :func:`insert`: a multi-row INSERT with bound parameters (``bulk_create`` elsewhere).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, models
-
-INSERT_BATCH = 500  # rows per statement: far below PostgreSQL's 65535 bound parameters
 
 
 def _quote(name: str) -> str:
@@ -47,8 +45,9 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
-def fetch(sql: str, params: dict[str, Any]) -> list[tuple]:
-    """Run a PostgreSQL statement as a prepared statement (server-side binding); its rows.
+@contextmanager
+def _run(sql: str, params: dict[str, Any]) -> Iterator[Any]:
+    """A PostgreSQL statement run as a prepared statement (server-side binding); its cursor.
 
     On the connection Django holds, inside whatever transaction is open (outside one, the
     statement is its own transaction). psycopg's errors become Django's (IntegrityError, ...).
@@ -58,7 +57,19 @@ def fetch(sql: str, params: dict[str, Any]) -> list[tuple]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        return cursor.fetchall() if cursor.description is not None else [(cursor.rowcount,)]
+        yield cursor
+
+
+def fetch(sql: str, params: dict[str, Any]) -> list[tuple]:
+    """The rows of a PostgreSQL statement (see :func:`_run`)."""
+    with _run(sql, params) as cursor:
+        return cursor.fetchall()
+
+
+def execute(sql: str, params: dict[str, Any]) -> int:
+    """The number of rows a PostgreSQL statement wrote (see :func:`_run`)."""
+    with _run(sql, params) as cursor:
+        return cursor.rowcount
 
 
 def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
@@ -80,35 +91,7 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
     return int(row[0])
 
 
-def insert(objs: Sequence[models.Model]) -> None:
-    """Insert unsaved ``objs`` (one model, auto primary key); their pks are not set."""
-    if not objs:
-        return
-    model = type(objs[0])
-    if not is_postgres():
-        model.objects.bulk_create(objs)
-        return
-    import psycopg
-
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(_quote(f.column) for f in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        for start in range(0, len(objs), INSERT_BATCH):
-            batch = objs[start : start + INSERT_BATCH]
-            params = [
-                field.get_db_prep_save(field.pre_save(obj, True), connection)
-                for obj in batch
-                for field in fields
-            ]
-            cursor.execute(
-                f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES {', '.join([row] * len(batch))}",
-                params,
-            )
-
-
-# --- PostgreSQL statements of the two hot requests ------------------------------------------
+# --- PostgreSQL statements of a worker's round ----------------------------------------------
 # Table names are the models' (swarm_app/coordinator/models.py, campaigns/models.py); the
 # states are the models' State values. JSON columns are read as text (::text) and parsed by
 # the caller, whatever loaders the connection has. Literal conditions (submission_id <> '') let a generic

@@ -36,7 +36,7 @@ from django.utils import timezone
 from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
-from swarm_app.coordinator.sql import bump, insert
+from swarm_app.coordinator.sql import bump
 from worker.advantages import group_advantages
 from worker.campaign import CampaignConfig
 from worker.protocol import ErrorCode, ProtocolError
@@ -158,7 +158,7 @@ def _store(
 ) -> bool:
     """Claim the lease and put the rollouts in the pool, all or nothing; False if not claimed."""
     if sql.is_postgres():
-        stored = sql.fetch(
+        stored = sql.execute(
             sql.STORE_SUBMISSION,
             {
                 "submission_id": submission_id,
@@ -186,7 +186,7 @@ def _store(
                 ),
             },
         )
-        return stored[0][0] == len(rollouts)
+        return stored == len(rollouts)
     with transaction.atomic():
         # Claim the lease only if it is still active: the UPDATE locks the row, so of two
         # racing connections of this node exactly one claims it; the other sees 0 rows.
@@ -197,7 +197,7 @@ def _store(
             return False
         bump(WorkerNode, node.pk, "accepted_submissions", 1)
         last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
-        insert(
+        PoolRollout.objects.bulk_create(
             [
                 PoolRollout(
                     campaign_id=lease.campaign_pk,
