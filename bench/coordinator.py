@@ -46,7 +46,7 @@
 Simulated workers are kept cheap so that they take as little as possible of the CPU the server
 needs (client and server share the machine): each builds its rollout records as plain dicts and
 scores its two distinct completions per question with the worker's own verifier
-(worker.rewards.reward) once each, instead of constructing Rollout objects and scoring all G
+(worker.shared.rewards.reward) once each, instead of constructing Rollout objects and scoring all G
 copies. What the coordinator receives and does is unchanged: every completion is re-scored.
 
 Run against PostgreSQL and Redis (the production set-up) or embedded:
@@ -82,7 +82,7 @@ COMPLETION = "<think>" + "step by step reasoning " * 20 + "</think><answer>{answ
 def make_campaign(name: str):
     from swarm_app.campaigns.models import Campaign
     from swarm_app.coordinator.tokens import create_token
-    from worker.campaign import CampaignConfig
+    from worker.shared.campaign import CampaignConfig
 
     config = CampaignConfig(
         group_size=G, questions_per_round=QUESTIONS, num_local=4, num_external=4, rounds=10**6
@@ -115,9 +115,9 @@ def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
     """
     import uuid
 
-    from worker.rewards import reward
-    from worker.rollout import SCHEMA_VERSION
-    from worker.tasks import QuestionRef
+    from worker.shared.questions import QuestionRef
+    from worker.shared.rewards import reward
+    from worker.shared.rollout import SCHEMA_VERSION
 
     out = []
     for q in lease["questions"]:
@@ -155,7 +155,7 @@ async def coordinator_client(
     """
     import websockets
 
-    from worker.protocol import PROTOCOL_VERSION, encode
+    from worker.shared.protocol import PROTOCOL_VERSION, encode
 
     acked = 0
     async with websockets.connect(url + "/ws/worker/", max_size=16 * 1024 * 1024) as ws:
@@ -472,10 +472,10 @@ def floor() -> float:
     from django.db import connection
 
     from swarm_app.coordinator.submissions import pool_record, verified_rewards
-    from worker import protocol
-    from worker.campaign import CampaignConfig
-    from worker.rewards import RewardConfig
-    from worker.tasks import question, ref_at
+    from worker.shared import protocol
+    from worker.shared.campaign import CampaignConfig
+    from worker.shared.questions import question, ref_at
+    from worker.shared.rewards import RewardConfig
 
     config = CampaignConfig(group_size=G, questions_per_round=QUESTIONS).validate()
     mix = config.mix

@@ -82,7 +82,7 @@ def metrics_json(rng: random.Random, reward: float, number: int, shares: bool) -
 def make_campaign(rounds: int):
     from swarm_app.campaigns.models import Campaign, ControlRun
     from swarm_app.coordinator.tokens import create_token
-    from worker.campaign import CampaignConfig
+    from worker.shared.campaign import CampaignConfig
 
     config = CampaignConfig(
         tiers=list(TIERS),

@@ -33,11 +33,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from worker.generation.base import GenerationBackend  # noqa: E402
-from worker.generation.hf import TransformersBackend  # noqa: E402
-from worker.models import load_policy, resolve, tier  # noqa: E402
-from worker.prompts import render_prompt  # noqa: E402
-from worker.tasks import QuestionStream, preset  # noqa: E402
+from worker.engine.generation.base import GenerationBackend  # noqa: E402
+from worker.engine.generation.hf import TransformersBackend  # noqa: E402
+from worker.engine.policy import load_policy, resolve  # noqa: E402
+from worker.shared.prompts import render_prompt  # noqa: E402
+from worker.shared.questions import QuestionStream, preset  # noqa: E402
+from worker.shared.tiers import tier  # noqa: E402
 
 
 def measure(
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from worker.generation.vllm_backend import VLLMBackend
+    from worker.engine.generation.vllm_backend import VLLMBackend
 
     spec = tier(args.tier)
     model_dir = resolve(spec, args.cache_dir, log=lambda _: None)

@@ -5,10 +5,10 @@
 
 A round is what one optimizer update costs end to end: take B questions (the ``cpu`` task
 preset), sample G completions for each with the current policy (transformers ``generate``, no
-vLLM, CPU), score every completion with reasoning-gym's verifier (``worker.rewards.reward``), then
+vLLM, CPU), score every completion with reasoning-gym's verifier (``worker.shared.rewards.reward``), then
 one DAPO step. Both sides are configured alike:
 
-    engine   worker.agent.Agent on an isolated LocalTransport (I = B, J = 0), TransformersBackend
+    engine   worker.engine.agent.Agent on an isolated LocalTransport (I = B, J = 0), TransformersBackend
     TRL      GRPOTrainer, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0, num_iterations=1,
              scale_rewards="group", mask_truncated_completions=False, temperature=1, top_k=0,
              top_p=1, the same learning rate (constant), AdamW (torch), max_grad_norm=1, fp32,
@@ -53,13 +53,15 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from worker.agent import Agent, AgentConfig  # noqa: E402
-from worker.generation.hf import TransformersBackend  # noqa: E402
-from worker.models import load_policy, resolve, tier  # noqa: E402
-from worker.prompts import chat_messages, render_prompt  # noqa: E402
-from worker.rewards import reward  # noqa: E402
-from worker.tasks import QuestionRef, QuestionStream, TaskMix, preset  # noqa: E402
-from worker.trainer import GRPOConfig as EngineGRPOConfig  # noqa: E402
+from worker.engine.agent import Agent  # noqa: E402
+from worker.engine.generation.hf import TransformersBackend  # noqa: E402
+from worker.engine.policy import load_policy, resolve  # noqa: E402
+from worker.shared.config import AgentConfig  # noqa: E402
+from worker.shared.config import GRPOConfig as EngineGRPOConfig  # noqa: E402
+from worker.shared.prompts import chat_messages, render_prompt  # noqa: E402
+from worker.shared.questions import QuestionRef, QuestionStream, TaskMix, preset  # noqa: E402
+from worker.shared.rewards import reward  # noqa: E402
+from worker.shared.tiers import tier  # noqa: E402
 
 ENGINE_MICRO_BATCH = EngineGRPOConfig().micro_batch_size
 
@@ -119,7 +121,7 @@ def load(work: Workload):
 
 # --- this project's engine -------------------------------------------------------------------------
 def run_engine(work: Workload, expected_fingerprint: str, round_refs: list[list[tuple]]) -> BlockResult:
-    from worker.transport import LocalTransport
+    from worker.engine.transport import LocalTransport
 
     leased: list[list[tuple]] = []
 
@@ -233,7 +235,7 @@ def trl_config(work: Workload, output_dir: str):
         num_iterations=1,
         scale_rewards="group",
         mask_truncated_completions=False,
-        # the optimizer, as worker/trainer.py: AdamW, constant lr, no weight decay, clip 1.0
+        # the optimizer, as worker/engine/trainer.py: AdamW, constant lr, no weight decay, clip 1.0
         learning_rate=work.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

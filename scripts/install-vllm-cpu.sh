@@ -35,7 +35,7 @@ if [ ! -x "$PY" ]; then
     exit 1
 fi
 
-# The settings the worker applies before `import vllm` (worker/generation/vllm_backend.py).
+# The settings the worker applies before `import vllm` (worker/engine/generation/vllm_backend.py).
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_CPU_KVCACHE_SPACE=1
 export HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$VENV/.vllm-cache}"
 

@@ -24,8 +24,8 @@ def coordinator(transactional_db, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def tiny_1m_dir() -> Path:
     """The built-in tiny-1m tier, built once into the model cache and reused."""
-    from worker.models import model_cache_dir
-    from worker.tiny import ensure_tiny_model, is_built
+    from worker.engine.tiny import ensure_tiny_model, is_built
+    from worker.shared.tiers import model_cache_dir
 
     cache = model_cache_dir()
     if is_built(cache / "tiny-1m"):
@@ -43,7 +43,8 @@ def tiny_1m_dir() -> Path:
 @pytest.fixture
 def tiny_policy(tiny_1m_dir):
     """A fresh (model, tokenizer) of tiny-1m, loaded with from_pretrained like any hub model."""
-    from worker.models import load_policy, tier
+    from worker.engine.policy import load_policy
+    from worker.shared.tiers import tier
 
     return load_policy(tier("tiny-1m"), tiny_1m_dir.parent)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.campaign import CampaignConfig
+from worker.shared.campaign import CampaignConfig
 
 
 def tiny_campaign_config(rounds: int, max_new_tokens: int, **overrides: Any) -> CampaignConfig:

@@ -32,9 +32,16 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from worker import protocol
-from worker.campaign import CampaignConfig
-from worker.client import (
+from worker.client.identity import (
+    IdentityError,
+    checkpoint_path,
+    load_identity,
+    load_stats,
+    lock_data_dir,
+    save_stats,
+    valid_node_id,
+)
+from worker.client.session import (
     Backoff,
     CampaignFinished,
     FatalError,
@@ -46,21 +53,14 @@ from worker.client import (
     normalise_url,
     run_worker,
 )
-from worker.identity import (
-    IdentityError,
-    checkpoint_path,
-    load_identity,
-    load_stats,
-    lock_data_dir,
-    save_stats,
-    valid_node_id,
-)
-from worker.models import TIERS
-from worker.protocol import ErrorCode
-from worker.rewards import RewardConfig, rewards
-from worker.rollout import Rollout
-from worker.tasks import QuestionRef, question, ref_at
-from worker.transport import Lease
+from worker.engine.transport import Lease
+from worker.shared import protocol
+from worker.shared.campaign import CampaignConfig
+from worker.shared.protocol import ErrorCode
+from worker.shared.questions import QuestionRef, question, ref_at
+from worker.shared.rewards import RewardConfig, rewards
+from worker.shared.rollout import Rollout
+from worker.shared.tiers import TIERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -549,7 +549,7 @@ def test_unreachable_coordinator_is_retried_with_backoff_until_it_starts() -> No
 def test_malformed_messages_from_the_coordinator_are_logged_and_ignored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="worker.client")
+    caplog.set_level(logging.WARNING, logger="worker.client.session")
     with FakeCoordinator(garbage=True) as fake, transport_for(fake) as transport:
         transport.start(timeout=10)
         lease = transport.lease("node-a", 0, 2)

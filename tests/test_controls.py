@@ -18,7 +18,7 @@ from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.celery import app as celery_app
 from tests.factories import tiny_campaign_config
 from tests.servers import celery_worker
-from worker.campaign import ControlsConfig
+from worker.shared.campaign import ControlsConfig
 
 pytestmark = pytest.mark.slow
 

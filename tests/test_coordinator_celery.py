@@ -18,7 +18,7 @@ from swarm_app.coordinator.pool import sample_external
 from swarm_app.coordinator.tasks import sample_pool
 from swarm_app.coordinator.tokens import create_token
 from tests.servers import celery_worker
-from worker.campaign import CampaignConfig
+from worker.shared.campaign import CampaignConfig
 
 
 def make_pool(campaign: Campaign, nodes: int, per_node: int) -> list[WorkerNode]:

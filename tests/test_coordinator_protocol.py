@@ -15,12 +15,12 @@ from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token, revoke
 from tests.wsclient import RawSession
-from worker.advantages import group_advantages
-from worker.campaign import CampaignConfig
-from worker.protocol import MAX_MESSAGE_BYTES, encode
-from worker.rewards import rewards
-from worker.rollout import Rollout
-from worker.tasks import QuestionRef, TaskMix
+from worker.shared.advantages import group_advantages
+from worker.shared.campaign import CampaignConfig
+from worker.shared.protocol import MAX_MESSAGE_BYTES, encode
+from worker.shared.questions import QuestionRef, TaskMix
+from worker.shared.rewards import rewards
+from worker.shared.rollout import Rollout
 
 G = 4
 
@@ -424,10 +424,10 @@ def test_concurrent_submissions_of_one_lease_store_it_once(ready, campaign):
 
 
 def test_coordinator_scoring_and_records_match_the_worker_definitions():
-    """The coordinator's faster re-scoring and pool records equal worker.rewards and to_json."""
+    """The coordinator's faster re-scoring and pool records equal worker.shared.rewards and to_json."""
     from swarm_app.coordinator.submissions import pool_record, verified_rewards
-    from worker.rewards import RewardConfig
-    from worker.tasks import TaskSpec, preset, question, ref_at
+    from worker.shared.questions import TaskSpec, preset, question, ref_at
+    from worker.shared.rewards import RewardConfig
 
     mixes = [preset("cpu"), TaskMix((TaskSpec("basic_arithmetic"), TaskSpec("propositional_logic")))]
     for mix in mixes:

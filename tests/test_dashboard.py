@@ -22,7 +22,7 @@ from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
-from worker.campaign import CampaignConfig
+from worker.shared.campaign import CampaignConfig
 
 
 def make_campaign(public: bool = True, rounds: int = 100, **config) -> Campaign:

@@ -8,13 +8,22 @@ import random
 import pytest
 import torch
 
-from worker.advantages import group_advantages, reward_std
-from worker.arms import controls_for, sapo_table_arms
-from worker.loss import grpo_loss
-from worker.rewards import RewardConfig, extract_answer, reward
-from worker.rollout import Rollout, RolloutError
-from worker.sampling import assemble_batch, sample_rollouts
-from worker.tasks import PRESETS, QuestionRef, QuestionStream, TaskError, TaskMix, TaskSpec, preset, question
+from worker.engine.loss import grpo_loss
+from worker.shared.advantages import group_advantages, reward_std
+from worker.shared.arms import controls_for, sapo_table_arms
+from worker.shared.questions import (
+    PRESETS,
+    QuestionRef,
+    QuestionStream,
+    TaskError,
+    TaskMix,
+    TaskSpec,
+    preset,
+    question,
+)
+from worker.shared.rewards import RewardConfig, extract_answer, reward
+from worker.shared.rollout import Rollout, RolloutError
+from worker.shared.sampling import assemble_batch, sample_rollouts
 
 # --- loss ---------------------------------------------------------------------------------
 
@@ -234,7 +243,7 @@ def test_rollout_round_trips_and_rejects_bad_records():
 def test_protocol_reference_in_docs_is_generated_from_the_code():
     from pathlib import Path
 
-    from worker.protocol import render_docs
+    from worker.shared.protocol import render_docs
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
-    assert render_docs() in doc, "regenerate: python -m worker.protocol, then paste into docs/protocol.md"
+    assert render_docs() in doc, "regenerate: python -m worker.shared.protocol, then paste into docs/protocol.md"

@@ -10,13 +10,14 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from worker.agent import Agent, AgentConfig
-from worker.generation.hf import TransformersBackend
-from worker.logprobs import completion_logprobs
-from worker.prompts import render_prompt
-from worker.tasks import QuestionStream, preset
-from worker.trainer import GRPOConfig, GRPOLearner, TrainSample, collate
-from worker.transport import LocalTransport, RolloutPool
+from worker.engine.agent import Agent
+from worker.engine.generation.hf import TransformersBackend
+from worker.engine.logprobs import completion_logprobs
+from worker.engine.trainer import GRPOLearner, TrainSample, collate
+from worker.engine.transport import LocalTransport, RolloutPool
+from worker.shared.config import AgentConfig, GRPOConfig
+from worker.shared.prompts import render_prompt
+from worker.shared.questions import QuestionStream, preset
 
 MIX = preset("cpu")
 
@@ -222,7 +223,7 @@ def test_seeded_run_raises_reward(tiny_policy):
     """30 rounds of GRPO on tiny-1m at the tier's learning rate: the mean verified reward of the
     last 8 rounds beats the first 8 by a clear margin. (What is learnt first is which answer
     format pays, then sharper answers: docs/tiny-models.md; measured 0.20 -> 0.46 in 40 rounds.)"""
-    from worker.models import tier
+    from worker.shared.tiers import tier
 
     torch.manual_seed(0)
     model, tokenizer = tiny_policy
@@ -243,7 +244,8 @@ def test_seeded_run_raises_reward(tiny_policy):
 
 
 def test_resume_reproduces_the_next_round(tiny_policy, tiny_1m_dir, tmp_path):
-    from worker.models import load_policy, tier
+    from worker.engine.policy import load_policy
+    from worker.shared.tiers import tier
 
     def fresh_agent():
         model, tokenizer = load_policy(tier("tiny-1m"), tiny_1m_dir.parent)

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker import stats
-from worker.study import (
+from worker.research.study import (
     ARM_ORDER,
     PAPER_CUMULATIVE,
     StudyConfig,
@@ -25,6 +24,7 @@ from worker.study import (
     campaign_overrides,
     write_report,
 )
+from worker.shared import stats
 
 # --- statistics with known answers ---------------------------------------------------------------
 
@@ -164,9 +164,9 @@ def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
 
 def test_campaign_preset_runs_the_same_arms():
     """Each study arm is a `sapo-table` campaign's swarm arm or one of its controls."""
-    from worker.arms import controls_for
-    from worker.campaign import sapo_table_config
-    from worker.study import arm_by_name
+    from worker.research.study import arm_by_name
+    from worker.shared.arms import controls_for
+    from worker.shared.campaign import sapo_table_config
 
     for name, arm in arm_by_name().items():
         config = sapo_table_config(**campaign_overrides(name)).validate()

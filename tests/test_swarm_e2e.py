@@ -16,8 +16,8 @@ from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
 from tests.factories import tiny_campaign_config
 from tests.servers import asgi_server, free_port, stop, worker_process
-from worker.rewards import rewards
-from worker.tasks import QuestionRef
+from worker.shared.questions import QuestionRef
+from worker.shared.rewards import rewards
 
 pytestmark = pytest.mark.slow
 

@@ -21,10 +21,7 @@ from reasoning_gym.utils import SYSTEM_PROMPTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.servers import ROOT
-from worker.prompts import render_prompt
-from worker.rewards import reward
-from worker.tasks import QuestionStream, preset
-from worker.tiny import (
+from worker.engine.tiny import (
     BUILD_FILE,
     EVAL_STREAM_SEED,
     TINY_TIERS,
@@ -32,6 +29,9 @@ from worker.tiny import (
     ensure_tiny_model,
     train_tokenizer,
 )
+from worker.shared.prompts import render_prompt
+from worker.shared.questions import QuestionStream, preset
+from worker.shared.rewards import reward
 
 
 @pytest.fixture(scope="session")
@@ -188,7 +188,7 @@ RACE_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from worker.tiny import ensure_tiny_model
+    from worker.engine.tiny import ensure_tiny_model
 
     cache, name = Path(sys.argv[1]), sys.argv[2]
     (cache.parent / f"ready-{name}").touch()
@@ -234,7 +234,7 @@ def test_concurrent_ensure_builds_once(tmp_path: Path):
 def test_command_line_builds_a_tier(tmp_path: Path):
     out = tmp_path / "built"
     subprocess.run(
-        [sys.executable, "-m", "worker.tiny", "tiny-1m", "--out", str(out), "--steps", "1", "--seed", "3"],
+        [sys.executable, "-m", "worker.engine.tiny", "tiny-1m", "--out", str(out), "--steps", "1", "--seed", "3"],
         cwd=ROOT,
         check=True,
         capture_output=True,

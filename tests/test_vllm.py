@@ -19,15 +19,16 @@ from typing import Any
 import pytest
 import torch
 
-from worker.generation.base import Sample
-from worker.generation.hf import TransformersBackend
-from worker.generation.select import BackendUnavailable, choose_backend, make_backend
-from worker.generation.vllm_backend import GIB, VLLM_ENV_DEFAULTS, apply_env_defaults, engine_memory
-from worker.hardware import Hardware
-from worker.logprobs import completion_logprobs
-from worker.models import load_policy, model_cache_dir, resolve, tier
-from worker.prompts import render_prompt
-from worker.tasks import QuestionStream, preset
+from worker.engine.generation.base import Sample
+from worker.engine.generation.hf import TransformersBackend
+from worker.engine.generation.select import BackendUnavailable, choose_backend, make_backend
+from worker.engine.generation.vllm_backend import GIB, VLLM_ENV_DEFAULTS, apply_env_defaults, engine_memory
+from worker.engine.hardware import Hardware
+from worker.engine.logprobs import completion_logprobs
+from worker.engine.policy import load_policy, resolve
+from worker.shared.prompts import render_prompt
+from worker.shared.questions import QuestionStream, preset
+from worker.shared.tiers import model_cache_dir, tier
 
 LOGPROB_TOL = 1e-4  # measured: at most ~1e-6 apart in float32
 
@@ -160,7 +161,7 @@ def engine() -> Any:
     _require_vllm()  # before anything slow: the model is built on first use
     from transformers import AutoTokenizer
 
-    from worker.generation.vllm_backend import VLLMBackend
+    from worker.engine.generation.vllm_backend import VLLMBackend
 
     model_dir = resolve(SPEC, model_cache_dir())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -271,7 +272,8 @@ def test_seeds_are_honoured_and_the_global_rng_is_left_alone(engine: Any, policy
 
 @pytest.mark.slow
 def test_synced_engine_follows_real_optimizer_steps(engine: Any, policy: tuple):
-    from worker.trainer import GRPOConfig, GRPOLearner, TrainSample
+    from worker.engine.trainer import GRPOLearner, TrainSample
+    from worker.shared.config import GRPOConfig
 
     model, tokenizer = policy
     initial = copy.deepcopy(model)
@@ -324,9 +326,9 @@ def test_engine_holds_its_own_copy_of_the_weights(engine: Any, policy: tuple):
 
 @pytest.mark.slow
 def test_agent_rounds_with_the_vllm_backend(engine: Any, policy: tuple):
-    from worker.agent import Agent, AgentConfig
-    from worker.trainer import GRPOConfig
-    from worker.transport import LocalTransport
+    from worker.engine.agent import Agent
+    from worker.engine.transport import LocalTransport
+    from worker.shared.config import AgentConfig, GRPOConfig
 
     model, tokenizer = policy
     mix = preset("cpu")

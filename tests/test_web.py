@@ -18,12 +18,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from swarm_app.campaigns import lifecycle
-from swarm_app.campaigns.metrics import campaign_group
+from swarm_app.campaigns.broadcast import campaign_group, worker_group
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
-from swarm_app.coordinator.consumers import worker_group
 from swarm_app.coordinator.models import WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import create_token, digest
-from worker.campaign import CampaignConfig, ControlsConfig, cpu_demo_config
+from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_config
 
 User = get_user_model()
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import websockets
 
-from worker.protocol import PROTOCOL_VERSION, encode
+from worker.shared.protocol import PROTOCOL_VERSION, encode
 
 _ids = itertools.count()
 

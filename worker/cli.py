@@ -24,7 +24,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from worker.hardware import detect, doctor_checks
+    from worker.engine.hardware import detect, doctor_checks
 
     hw = detect(args.data_dir)
     table = Table(title=f"swarm-worker {__version__}: preflight")
@@ -38,13 +38,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from worker.agent import AgentConfig
-    from worker.arms import Arm, controls_for, sapo_table_arms
-    from worker.generation.select import BackendUnavailable
-    from worker.models import tier
-    from worker.simulate import SimulationConfig, simulate
-    from worker.tasks import preset
-    from worker.trainer import GRPOConfig
+    from worker.engine.generation.select import BackendUnavailable
+    from worker.research.simulate import SimulationConfig, simulate
+    from worker.shared.arms import Arm, controls_for, sapo_table_arms
+    from worker.shared.config import AgentConfig, GRPOConfig
+    from worker.shared.questions import preset
+    from worker.shared.tiers import tier
 
     spec = tier(args.tier)
     if args.preset == "sapo-table":
@@ -98,8 +97,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_build_tiny(args: argparse.Namespace) -> int:
-    from worker.models import model_cache_dir
-    from worker.tiny import ensure_tiny_model
+    from worker.engine.tiny import ensure_tiny_model
+    from worker.shared.tiers import model_cache_dir
 
     path = ensure_tiny_model(args.tier, args.cache_dir or model_cache_dir())
     print(path)
@@ -112,8 +111,8 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from worker.client import ClientError, FatalError, run_worker
-    from worker.identity import IdentityError
+    from worker.client.identity import IdentityError
+    from worker.client.session import ClientError, FatalError, run_worker
 
     token = args.token or os.environ.get("SWARM_TOKEN", "")
     url = args.url or os.environ.get("SWARM_URL", "")
@@ -165,7 +164,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     """Run (or resume) the SAPO table study; results after every cell."""
-    from worker.study import DEFAULT_JOBS, DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError, run_study
+    from worker.research.study import DEFAULT_JOBS, DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError, run_study
 
     base = StudyConfig.quick_config() if args.quick else StudyConfig()
     # A quick run stays in one process: spawning a second costs more than its few cells.
@@ -215,7 +214,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 def cmd_study_report(args: argparse.Namespace) -> int:
     """Write the study's markdown report and PNG plots from its results JSON."""
-    from worker.study import write_report
+    from worker.research.study import write_report
 
     if not args.results.exists():
         print(f"swarm-worker study-report: no results at {args.results}", file=sys.stderr)

@@ -258,11 +258,10 @@
     const failure = document.getElementById("failure");
     failure.hidden = campaignState !== "failed";
     if (reason) document.getElementById("failure-reason").textContent = reason;
-    const allowed = {
-      launch: ["pending"], pause: ["running"], resume: ["paused"], stop: ["pending", "running", "paused"],
-    };
+    // Which actions each state allows comes from the server (lifecycle.ACTIONS), defined once.
+    const allowed = config.actions_by_state[campaignState] || [];
     document.querySelectorAll("#actions form[data-action]").forEach((form) => {
-      form.hidden = !allowed[form.dataset.action].includes(campaignState);
+      form.hidden = !allowed.includes(form.dataset.action);
     });
   }
 

@@ -28,7 +28,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from swarm_app.campaigns import dashboard
-from swarm_app.campaigns.metrics import campaign_group
+from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Campaign
 
 FLUSH_SECONDS = 0.25  # at most four point pushes a second

@@ -3,7 +3,7 @@
 For each tier and seed a campaign runs two controls (when enabled): *isolated* (the SAPO
 paper's 8/0 baseline: I + J own rollouts, uniform) and *filtered* (the same, but
 zero-advantage groups dropped: the control the paper lacked). They use the campaign's own
-settings and :class:`worker.agent.Agent` with a :class:`worker.transport.LocalTransport` and
+settings and :class:`worker.engine.agent.Agent` with a :class:`worker.engine.transport.LocalTransport` and
 no pool, so their only difference from a swarm node is that they share nothing.
 
 Pairing: both arms of one seed use the same agent id, the same question stream and the same
@@ -40,8 +40,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from swarm_app.campaigns import lifecycle
+from swarm_app.campaigns.broadcast import broadcast_refresh
+from swarm_app.campaigns.control_agent import build_agent
 from swarm_app.campaigns.metrics import record_control_metrics
-from swarm_app.campaigns.models import Arm, Campaign, ControlRun
+from swarm_app.campaigns.models import Campaign, ControlRun
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +73,6 @@ def checkpoint_path(run: ControlRun) -> Path:
     campaign = run.campaign
     folder = f"campaign-{campaign.pk}-{campaign.created_at:%Y%m%dT%H%M%S%f}"
     return Path(settings.DATA_DIR) / "checkpoints" / "controls" / folder / f"{run.pk}.pt"
-
-
-def agent_id(run: ControlRun) -> str:
-    """Shared by the isolated and filtered run of one tier and seed (see "Pairing")."""
-    return f"control-{run.tier}-seed{run.seed}"
 
 
 def default_owner(task_id: str | None) -> str:
@@ -150,33 +147,6 @@ class Heartbeat(threading.Thread):
 # --- the run ---------------------------------------------------------------------------------
 
 
-def build_agent(run: ControlRun, campaign: Campaign):
-    """The control's Agent: the campaign's settings with J = 0 and the arm's strategies."""
-    import torch
-
-    from worker.agent import Agent, stable_seed
-    from worker.arms import isolated_arm
-    from worker.generation.hf import TransformersBackend
-    from worker.models import load_policy, tier
-    from worker.transport import LocalTransport
-
-    config = campaign.settings
-    arm = isolated_arm(config.num_local + config.num_external, filtered=run.arm == Arm.FILTERED)
-    agent_config = config.agent_config(
-        run.tier,
-        run.seed,
-        num_local=arm.num_local,
-        num_external=0,
-        local_strategy=arm.local_strategy,
-        external_strategy=arm.external_strategy,
-    )
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_policy(tier(run.tier), lifecycle.model_cache(), device=device, log=log.info)
-    transport = LocalTransport(config.mix, stable_seed("control-questions", run.seed))
-    backend = TransformersBackend(model, tokenizer)
-    return Agent(agent_id(run), run.tier, model, tokenizer, backend, transport, config.mix, agent_config)
-
-
 def run_control(run_id: int, owner: str) -> str:
     """Run (or resume) one control to the campaign's rounds; returns how it ended.
 
@@ -185,8 +155,6 @@ def run_control(run_id: int, owner: str) -> str:
     is shutting down; the run was handed back and re-enqueued), ``lost`` (another task took it
     over), ``failed``.
     """
-    import torch
-
     if not ControlRun.objects.filter(pk=run_id).exists():
         return "missing"
     if not claim(run_id, owner):
@@ -198,7 +166,6 @@ def run_control(run_id: int, owner: str) -> str:
     heartbeat = Heartbeat(run_id, owner)
     heartbeat.start()
     try:
-        torch.set_num_threads(1)  # several control processes and workers share the cores
         return _loop(run, owner, heartbeat)
     except Exception as error:
         reason = f"control {run.arm}/{run.tier}/seed {run.seed} failed: {type(error).__name__}: {error}"
@@ -214,7 +181,7 @@ def run_control(run_id: int, owner: str) -> str:
 
 def _finish(run: ControlRun, owner: str, state: str) -> str:
     release(run.pk, owner, state=state)
-    lifecycle.broadcast_refresh(run.campaign_id)
+    broadcast_refresh(run.campaign_id)
     if state == RunState.COMPLETED:
         lifecycle.complete_if_done(Campaign.objects.get(pk=run.campaign_id))
     return state
@@ -231,7 +198,7 @@ def _loop(run: ControlRun, owner: str, heartbeat: Heartbeat) -> str:
         resumed = agent.round
         log.info("control %s: resumed at round %d from %s", run.pk, resumed, path)
     ControlRun.objects.filter(pk=run.pk).update(resumed_from=resumed, round=agent.round)
-    lifecycle.broadcast_refresh(campaign.pk)
+    broadcast_refresh(campaign.pk)
     while True:
         if heartbeat.lost.is_set():
             return "lost"

@@ -30,7 +30,7 @@ from django.db.models import Avg, Count, Q
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import BLOCK_ROUNDS, refresh_rollups
-from worker import stats
+from worker.shared import stats
 
 MAX_POINTS = 500
 # Fewer resamples than the study's report: the interval is recomputed on every page load.

@@ -1,4 +1,4 @@
-"""The campaign form: every setting of worker.campaign.CampaignConfig an organizer chooses.
+"""The campaign form: every setting of worker.shared.campaign.CampaignConfig an organizer chooses.
 
 Validation happens in three layers, each reporting next to the field it is about:
 
@@ -21,12 +21,13 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from worker.campaign import CAMPAIGN_PRESETS, CampaignConfig, ConfigError, ControlsConfig
-from worker.models import TIERS
-from worker.sampling import STRATEGIES
-from worker.tasks import PRESETS as TASK_PRESETS
-from worker.tasks import TaskError, TaskMix
-from worker.trainer import GRPOConfig
+from worker.shared.campaign import CAMPAIGN_PRESETS, CampaignConfig, ConfigError, ControlsConfig
+from worker.shared.config import GRPOConfig
+from worker.shared.hardware import cpu_host
+from worker.shared.questions import PRESETS as TASK_PRESETS
+from worker.shared.questions import TaskError, TaskMix
+from worker.shared.sampling import STRATEGIES
+from worker.shared.tiers import TIERS
 
 CUSTOM = "custom"
 SEEN_DAYS = 7  # workers seen this recently count as "workers that could run a tier"
@@ -85,10 +86,9 @@ def parse_tasks(text: str) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=1)
 def local_hardware() -> dict[str, Any]:
-    """This machine, as a local worker would report it in its hello."""
-    from worker.hardware import detect
-
-    return detect(settings.DATA_DIR).to_json()
+    """This machine, as a local worker on its CPU would report it in its hello (a tier that fits
+    the CPU fits any device; torch is not imported to look for a GPU)."""
+    return cpu_host(settings.DATA_DIR).to_json()
 
 
 def tier_problems(tiers: list[str], local_workers: int) -> list[str]:

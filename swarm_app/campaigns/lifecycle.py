@@ -20,24 +20,37 @@ Why the pieces are where they are:
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
-import threading
 import uuid
-from pathlib import Path
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from swarm_app.campaigns.metrics import campaign_group
+from swarm_app.campaigns.broadcast import push_state
 from swarm_app.campaigns.models import Arm, Campaign, ControlRun
+from swarm_app.celery import app as celery_app
 
 log = logging.getLogger(__name__)
 State = Campaign.State
+UNFINISHED = (State.PENDING, State.RUNNING, State.PAUSED)
+
+# The organizer's actions: from which stored states each is allowed, and where it leads. The
+# one definition: the transitions below use it, the campaign page shows buttons from it, and the
+# dashboard's script receives it (views.detail's page config) to show them as the state changes.
+ACTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "launch": ((State.PENDING,), State.RUNNING),
+    "pause": ((State.RUNNING,), State.PAUSED),
+    "resume": ((State.PAUSED,), State.RUNNING),
+    "stop": (UNFINISHED, State.STOPPED),
+}
+
+
+def allowed_actions(state: str) -> list[str]:
+    """The organizer's actions a campaign in ``state`` allows, in ACTIONS' order."""
+    return [name for name, (sources, _) in ACTIONS.items() if state in sources]
+
+
+def actions_by_state() -> dict[str, list[str]]:
+    return {state: allowed_actions(state) for state in State.values}
 
 
 class LifecycleError(Exception):
@@ -61,36 +74,8 @@ def _transition(campaign: Campaign, allowed: tuple[str, ...], target: str, **fie
 def _finished(campaign: Campaign) -> None:
     """Once a campaign ends, rebuild its dashboard rollups from every row (on Celery), so the
     final figures are exact even for a report committed late or rewritten in place."""
-    from swarm_app.campaigns.tasks import rebuild_rollups
-
     pk = campaign.pk
-    transaction.on_commit(lambda: rebuild_rollups.delay(pk))
-
-
-def push_state(campaign: Campaign) -> None:
-    """Tell connected workers and dashboards about the new state (best effort)."""
-    from swarm_app.coordinator.consumers import worker_group
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    event = {"type": "campaign.state", "state": campaign.state, "reason": campaign.failure_reason}
-    for group in (worker_group(campaign.pk), campaign_group(campaign.pk)):
-        try:
-            async_to_sync(layer.group_send)(group, event)
-        except Exception:  # the next heartbeat carries the state anyway
-            log.exception("could not push state of campaign %s to %s", campaign.pk, group)
-
-
-def broadcast_refresh(campaign_id: int) -> None:
-    """Ask the campaign's dashboards to refresh their tables (a control started or ended)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(campaign_group(campaign_id), {"type": "dashboard.refresh"})
-    except Exception:  # dashboards also refresh on their own every few seconds
-        log.exception("could not ask dashboards of campaign %s to refresh", campaign_id)
+    transaction.on_commit(lambda: celery_app.send_task("campaigns.rebuild_rollups", args=[pk]))
 
 
 def control_runs_for(campaign: Campaign) -> list[ControlRun]:
@@ -111,18 +96,16 @@ def control_runs_for(campaign: Campaign) -> list[ControlRun]:
 
 def enqueue_control(run: ControlRun) -> None:
     """Send one ControlRun's Celery task, recording its task id first."""
-    from swarm_app.campaigns.tasks import run_control
-
     task_id = uuid.uuid4().hex
     ControlRun.objects.filter(pk=run.pk).update(task_id=task_id)
     run.task_id = task_id
-    run_control.apply_async(args=[run.pk], task_id=task_id)
+    celery_app.send_task("campaigns.run_control", args=[run.pk], task_id=task_id)
 
 
 def launch(campaign: Campaign, enqueue: bool = True) -> list[ControlRun]:
     """pending -> running: start the clock, create the control runs, enqueue their tasks."""
     with transaction.atomic():
-        _transition(campaign, (State.PENDING,), State.RUNNING, started_at=timezone.now())
+        _transition(campaign, *ACTIONS["launch"], started_at=timezone.now())
         runs = ControlRun.objects.bulk_create(control_runs_for(campaign), ignore_conflicts=True)
         runs = list(ControlRun.objects.filter(campaign=campaign).order_by("tier", "arm", "seed"))
         if enqueue:
@@ -133,23 +116,21 @@ def launch(campaign: Campaign, enqueue: bool = True) -> list[ControlRun]:
 
 def pause(campaign: Campaign) -> Campaign:
     """running -> paused: leases stop at once; controls wait at their next round."""
-    _transition(campaign, (State.RUNNING,), State.PAUSED)
+    _transition(campaign, *ACTIONS["pause"])
     push_state(campaign)
     return campaign
 
 
 def resume(campaign: Campaign) -> Campaign:
     """paused -> running, at the same rounds."""
-    _transition(campaign, (State.PAUSED,), State.RUNNING)
+    _transition(campaign, *ACTIONS["resume"])
     push_state(campaign)
     return campaign
 
 
 def stop(campaign: Campaign) -> Campaign:
     """Any unfinished state -> stopped; controls exit after their current round."""
-    _transition(
-        campaign, (State.PENDING, State.RUNNING, State.PAUSED), State.STOPPED, finished_at=timezone.now()
-    )
+    _transition(campaign, *ACTIONS["stop"], finished_at=timezone.now())
     push_state(campaign)
     _finished(campaign)
     return campaign
@@ -160,7 +141,7 @@ def fail(campaign: Campaign, reason: str) -> Campaign:
     try:
         _transition(
             campaign,
-            (State.PENDING, State.RUNNING, State.PAUSED),
+            UNFINISHED,
             State.FAILED,
             failure_reason=reason[:2000],
             finished_at=timezone.now(),
@@ -208,68 +189,3 @@ def complete_if_done(campaign: Campaign) -> bool:
 def complete_finished() -> list[int]:
     """Periodic (beat): mark running campaigns whose work is all done as completed."""
     return [c.pk for c in Campaign.objects.filter(state=State.RUNNING) if complete_if_done(c)]
-
-
-# --- local worker processes (demo coordinators) -------------------------------------------------
-
-
-def model_cache() -> Path:
-    """The coordinator's model cache ($SWARM_MODEL_CACHE, else <data dir>/models): its controls
-    load the tiers from it, and every worker process it starts is pointed at it."""
-    from worker.models import model_cache_dir
-
-    return model_cache_dir(Path(settings.DATA_DIR))
-
-
-def local_workers_allowed() -> bool:
-    return bool(getattr(settings, "SWARM_ALLOW_LOCAL_WORKERS", False))
-
-
-def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: str) -> list[int]:
-    """Start ``count`` ``swarm-worker join`` processes on this machine for ``campaign``.
-
-    Each gets its own data directory (its node identity and checkpoints) under
-    ``<DATA_DIR>/local-workers/campaign-<id>/`` and logs there; the token travels in the
-    environment, not on the command line. They exit by themselves when the campaign ends.
-    """
-    if not local_workers_allowed():
-        raise LifecycleError("this coordinator does not start local workers (SWARM_ALLOW_LOCAL_WORKERS)")
-    root = Path(settings.DATA_DIR) / "local-workers" / f"campaign-{campaign.pk}"
-    env = {
-        **os.environ,
-        "SWARM_TOKEN": secret,
-        "SWARM_TORCH_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-        # The coordinator's model cache (where its controls find the tiers), not one per worker
-        # data directory, which would build every tiny tier again for each worker.
-        "SWARM_MODEL_CACHE": str(model_cache()),
-    }
-    pids = []
-    for index in range(count):
-        data_dir = root / f"worker-{index}"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        with open(data_dir / "worker.log", "ab") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "worker.cli",
-                    "join",
-                    base_url,
-                    "--data-dir",
-                    str(data_dir),
-                    "--no-status",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # outlives the request; stopped by the campaign's end
-            )
-        # Reap it when it exits, so a long-lived coordinator collects no zombies.
-        threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
-        pids.append(proc.pid)
-    Campaign.objects.filter(pk=campaign.pk).update(local_workers=campaign.local_workers + count)
-    campaign.local_workers += count
-    log.info("campaign %s: started %d local workers (pids %s)", campaign.pk, count, pids)
-    return pids

@@ -16,16 +16,12 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db.models import Avg
 
+from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Arm, ControlRun, RoundMetrics
-from worker.protocol import ErrorCode, ProtocolError
+from worker.shared.protocol import ErrorCode, ProtocolError
 
 MAX_METRIC_KEYS = 100
 log = logging.getLogger(__name__)
-
-
-def campaign_group(campaign_id: int) -> str:
-    """The channel group of a campaign's dashboards."""
-    return f"campaign-{campaign_id}"
 
 
 def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
-from worker.campaign import CampaignConfig
+from worker.shared.campaign import CampaignConfig
 
 
 @lru_cache(maxsize=256)
@@ -37,7 +37,7 @@ class Campaign(models.Model):
     name = models.CharField(max_length=120)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING, db_index=True)
     failure_reason = models.TextField(blank=True)
-    config = models.JSONField(help_text="worker.campaign.CampaignConfig, validated")
+    config = models.JSONField(help_text="worker.shared.campaign.CampaignConfig, validated")
     # The next position of the campaign's question stream: every lease takes a fresh block.
     next_question_position = models.BigIntegerField(default=0)
     # Per-campaign sequence of pool rollouts: sampling draws from the last N by sequence number.

@@ -22,23 +22,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm_app.campaigns import dashboard, lifecycle
+from swarm_app.campaigns import dashboard, lifecycle, local_workers
 from swarm_app.campaigns.forms import CampaignForm, TokenForm
 from swarm_app.campaigns.models import Campaign
 from worker import __version__
-from worker.campaign import CAMPAIGN_PRESETS
+from worker.shared.campaign import CAMPAIGN_PRESETS
 
+# The organizer's actions; which state allows which is lifecycle.ACTIONS (enforced there).
 ACTIONS: dict[str, Callable[[Campaign], object]] = {
     "launch": lifecycle.launch,
     "pause": lifecycle.pause,
     "resume": lifecycle.resume,
     "stop": lifecycle.stop,
-}
-# Which buttons a campaign page shows in each state (the lifecycle enforces it regardless).
-ALLOWED_ACTIONS = {
-    Campaign.State.PENDING: ["launch", "stop"],
-    Campaign.State.RUNNING: ["pause", "stop"],
-    Campaign.State.PAUSED: ["resume", "stop"],
 }
 
 
@@ -85,8 +80,8 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "campaign": campaign,
             "config": campaign.config,
             "is_staff": request.user.is_staff,
-            "actions": list(ACTIONS),
-            "allowed_actions": ALLOWED_ACTIONS.get(campaign.state, []),
+            "actions": list(lifecycle.ACTIONS),
+            "allowed_actions": lifecycle.allowed_actions(campaign.state),
             "band": dashboard.BAND,
             "agents": dashboard.agent_choices(campaign),
             "page_config": {
@@ -95,6 +90,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "agent": reverse("api-agent", args=[campaign.pk]),
                 "socket": f"/ws/campaigns/{campaign.pk}/",
                 "staff": request.user.is_staff,
+                "actions_by_state": lifecycle.actions_by_state(),
             },
         },
     )
@@ -102,7 +98,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @staff_required
 def campaign_new(request: HttpRequest) -> HttpResponse:
-    allow_local = lifecycle.local_workers_allowed()
+    allow_local = local_workers.local_workers_allowed()
     if request.method == "POST":
         form = CampaignForm(request.POST, allow_local_workers=allow_local)
         if form.is_valid() and form.config is not None:
@@ -141,7 +137,7 @@ def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:
     local = data.get("local_workers") or 0
     if local:
         _, secret = create_token(campaign, f"local workers ({local})")
-        lifecycle.start_local_workers(campaign, local, request.build_absolute_uri("/"), secret)
+        local_workers.start_local_workers(campaign, local, request.build_absolute_uri("/"), secret)
         messages.info(request, f"Started {local} local worker(s); their logs are in the data directory.")
     return campaign
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.models import GIB, TIERS, ModelSpec
-from worker.protocol import ErrorCode, ProtocolError
+from worker.shared.protocol import ErrorCode, ProtocolError
+from worker.shared.tiers import GIB, TIERS, ModelSpec
 
 
 def fits(spec: ModelSpec, hardware: dict[str, Any]) -> tuple[bool, str]:

@@ -1,6 +1,6 @@
 """The workers' websocket endpoint, ``/ws/worker/``.
 
-Each frame is validated by worker/protocol.py before anything is done with it; each request
+Each frame is validated by worker/shared/protocol.py before anything is done with it; each request
 is answered by its reply or by an ``error`` with a code, and an error never leaves partial
 state behind (the service functions it calls are transactional). Fatal errors (bad token,
 revoked token, banned node, no common protocol version) close the socket after the error.
@@ -18,10 +18,11 @@ from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from swarm_app.campaigns.broadcast import worker_group
 from swarm_app.coordinator import leases, pool, sessions, submissions
 from swarm_app.coordinator.models import WorkerNode
-from worker import protocol
-from worker.protocol import ErrorCode, ProtocolError
+from worker.shared import protocol
+from worker.shared.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,6 @@ def db(function: Callable[..., Any]) -> Callable[..., Any]:
     if _EXECUTOR is None:
         return DatabaseSyncToAsync(function)
     return DatabaseSyncToAsync(function, thread_sensitive=False, executor=_EXECUTOR)
-
-
-def worker_group(campaign_id: int) -> str:
-    """The channel group of a campaign's connected workers (state pushes)."""
-    return f"campaign-{campaign_id}-workers"
 
 
 class WorkerConsumer(AsyncWebsocketConsumer):

@@ -1,6 +1,6 @@
 """Leases: the coordinator picks each node's questions and records them.
 
-Questions come from the campaign's stream (worker/tasks.py) at positions the coordinator
+Questions come from the campaign's stream (worker/shared/questions.py) at positions the coordinator
 allocates, so it knows every ground truth and no worker can pick easy questions. A lease has a
 deadline; a lease that expires or is released goes back in line and its questions are issued
 again, whole, to the next node that asks (``reissue_of`` links the two). A late submission for
@@ -31,9 +31,9 @@ from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
-from worker.campaign import CampaignConfig
-from worker.protocol import ErrorCode, ProtocolError
-from worker.tasks import QuestionRef, TaskMix, question, ref_at
+from worker.shared.campaign import CampaignConfig
+from worker.shared.protocol import ErrorCode, ProtocolError
+from worker.shared.questions import QuestionRef, TaskMix, question, ref_at
 
 
 def expire_overdue(campaign_id: int | None = None) -> int:

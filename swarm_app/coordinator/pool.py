@@ -12,7 +12,7 @@ fetches only ids, then loads the J chosen records; so the cost depends on the wi
 not on the pool's size (no ORDER BY RANDOM() over the table). On PostgreSQL the three reads
 are prepared statements (sql.SAMPLE_*), planned generically so that the window's index is used
 even for a campaign the table's statistics do not know yet. When fewer than J qualify, all
-of them are returned and the worker counts the shortfall (worker/sampling.py).
+of them are returned and the worker counts the shortfall (worker/shared/sampling.py).
 
 The same function runs inline in the websocket consumer (lowest latency, the default) and as
 the Celery task ``sample_pool`` (settings.POOL_SAMPLING = "celery") to move the work off the
@@ -28,7 +28,7 @@ from typing import Any
 from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import PoolRollout, WorkerNode
-from worker.sampling import check_strategy
+from worker.shared.sampling import check_strategy
 
 _rng = random.SystemRandom()
 

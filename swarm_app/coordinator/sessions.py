@@ -11,8 +11,8 @@ from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.assignment import assign_tier
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import authenticate
-from worker.models import TIERS
-from worker.protocol import MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, ProtocolError
+from worker.shared.protocol import MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, ProtocolError
+from worker.shared.tiers import TIERS
 
 HEARTBEAT_SECONDS = 10.0
 

@@ -37,12 +37,12 @@ from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.sql import bump
-from worker.advantages import group_advantages
-from worker.campaign import CampaignConfig
-from worker.protocol import ErrorCode, ProtocolError
-from worker.rewards import RewardConfig, extract_answer
-from worker.rollout import Rollout
-from worker.tasks import QuestionRef, TaskMix, canonical_json, dataset_for, entry, question
+from worker.shared.advantages import group_advantages
+from worker.shared.campaign import CampaignConfig
+from worker.shared.protocol import ErrorCode, ProtocolError
+from worker.shared.questions import QuestionRef, TaskMix, canonical_json, dataset_for, entry, question
+from worker.shared.rewards import RewardConfig, extract_answer
+from worker.shared.rollout import Rollout
 
 REWARD_TOLERANCE = 1e-6
 
@@ -56,7 +56,7 @@ def _same_metadata(sent: Any, recorded: Any) -> bool:
 def verified_rewards(
     mix: TaskMix, ref: QuestionRef, completions: list[str], config: RewardConfig
 ) -> list[float]:
-    """The rewards of ``completions`` by the task's own verifier: ``worker.rewards.rewards``.
+    """The rewards of ``completions`` by the task's own verifier: ``worker.shared.rewards.rewards``.
 
     Same formula (reasoning-gym's ``score_answer`` on the extracted answer, plus the format
     weight when answer tags are present), but the dataset and the entry are looked up once per

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import WorkerToken
-from worker.protocol import ErrorCode, ProtocolError
+from worker.shared.protocol import ErrorCode, ProtocolError
 
 TOKEN_PREFIX = "swt_"
 

@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
                 ('name', models.CharField(max_length=120)),
                 ('state', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('paused', 'Paused'), ('completed', 'Completed'), ('failed', 'Failed'), ('stopped', 'Stopped')], db_index=True, default='pending', max_length=16)),
                 ('failure_reason', models.TextField(blank=True)),
-                ('config', models.JSONField(help_text='worker.campaign.CampaignConfig, validated')),
+                ('config', models.JSONField(help_text='worker.shared.campaign.CampaignConfig, validated')),
                 ('next_question_position', models.BigIntegerField(default=0)),
                 ('rollout_sequence', models.BigIntegerField(default=0)),
                 ('public', models.BooleanField(default=True, help_text='visible to anonymous viewers')),

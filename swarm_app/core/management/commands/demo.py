@@ -116,6 +116,29 @@ class Command(BaseCommand):
         parser.add_argument("--reset", action="store_true", help="start fresh: new database and demo data")
         parser.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
 
+    def build_model(self, name: str, cache: Path) -> str:
+        """Build a tiny tier in a child process (``swarm-worker build-tiny``), its progress shown
+        here: the demo's own process never imports torch. Returns the built model's path."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines = []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line.rstrip())
+                self.stdout.write(f"  {line.rstrip()}")
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
+            raise
+        if proc.wait() != 0 or not lines:
+            raise CommandError(f"building {name} failed (exit {proc.returncode}); its output is above")
+        return lines[-1]
+
     def handle(self, *args, **opts) -> None:
         # Ctrl-C, a closed terminal and `kill` all stop the demo the same way, stopping every
         # child (each runs in its own session, so no signal reaches them otherwise). SIGINT is
@@ -123,12 +146,12 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
-        from swarm_app.campaigns.lifecycle import complete_if_done, launch, model_cache, stop
+        from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
+        from swarm_app.campaigns.local_workers import model_cache
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.tokens import create_token
-        from worker.campaign import cpu_demo_config
-        from worker.models import tier
-        from worker.tiny import ensure_tiny_model, is_built
+        from worker.shared.campaign import cpu_demo_config
+        from worker.shared.tiers import is_built, tier
 
         demo_dir = Path(settings.DATA_DIR) / "demo"
         if opts["reset"]:
@@ -153,7 +176,7 @@ class Command(BaseCommand):
         # controls wait on the model's build lock meanwhile (heartbeating, so not requeued).
         started = time.monotonic()
         try:
-            path = ensure_tiny_model(tiers[0], cache, log=lambda m: self.stdout.write(f"  {m}"))
+            path = self.build_model(tiers[0], cache)
         except KeyboardInterrupt:
             self.stdout.write("\ninterrupted while building (the next run builds again)")
             sys.exit(130)

@@ -11,7 +11,7 @@ engine model's ``load_weights`` directly (TRL's GPU path) fails on CPU, whose ba
 repacked the linear weights into parameters without weight loaders (measured: AttributeError),
 so it is not used; no GPU-only path is used either, as none has been tested here.
 
-Sampling matches :mod:`worker.generation.hf` and the learner (worker/logprobs.py): plain
+Sampling matches :mod:`worker.engine.generation.hf` and the learner (worker/engine/logprobs.py): plain
 multinomial sampling from softmax(logits / temperature) (``top_k=0``, ``top_p=1.0``, neutral
 generation defaults: ``generation_config="vllm"``), log-probs of the sampled tokens after the
 temperature (``logprobs_mode="processed_logprobs"``). Prompts go in as token ids encoded without
@@ -47,8 +47,8 @@ from typing import Any
 
 import torch
 
-from worker.generation.base import Sample
-from worker.models import ModelSpec
+from worker.engine.generation.base import Sample
+from worker.shared.tiers import ModelSpec
 
 GIB = 1024**3
 

@@ -1,7 +1,7 @@
 """A campaign's configuration: what every node of a swarm trains, and how.
 
 The coordinator stores it (validated) with the campaign and sends it to each worker in the
-welcome message; the worker builds its :class:`~worker.agent.AgentConfig` from it. It lives
+welcome message; the worker builds its :class:`~worker.engine.agent.AgentConfig` from it. It lives
 here, without Django, because both sides need it.
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from worker.agent import AgentConfig
-from worker.models import TIERS
-from worker.prompts import system_prompt
-from worker.sampling import STRATEGIES
-from worker.tasks import PRESETS, TaskError, TaskMix
-from worker.trainer import GRPOConfig
+from worker.shared.config import AgentConfig, GRPOConfig
+from worker.shared.prompts import system_prompt
+from worker.shared.questions import PRESETS, TaskError, TaskMix
+from worker.shared.sampling import STRATEGIES
+from worker.shared.tiers import TIERS
 
 
 class ConfigError(ValueError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from reasoning_gym.utils import extract_answer as rg_extract_answer
 
-from worker.tasks import QuestionRef, TaskMix, score_answer
+from worker.shared.questions import QuestionRef, TaskMix, score_answer
 
 
 def extract_answer(completion: str) -> str | None:

@@ -1,4 +1,4 @@
-"""One GRPO/DAPO optimizer update on a batch of completions (see worker/loss.py for the loss).
+"""One GRPO/DAPO optimizer update on a batch of completions (see worker/engine/loss.py for the loss).
 
 The trainer takes :class:`TrainSample` s (prompt ids, completion ids, one advantage each) that
 the agent built from I local and J external rollouts; external ones were re-tokenised with this
@@ -15,43 +15,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from worker.logprobs import common_prefix_length, completion_logprobs
-from worker.loss import grpo_loss
-
-
-@dataclass
-class GRPOConfig:
-    learning_rate: float = 1e-5  # the reference code's Adam lr for Qwen2.5-0.5B
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    beta: float = 0.0  # KL coefficient; > 0 keeps a frozen copy of the initial model as reference
-    num_iterations: int = 1
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0  # the sampling temperature; logits are divided by it when scoring
-    scale_rewards: str = "group"  # "group" (GRPO) or "none" (Dr. GRPO)
-    mask_truncated_completions: bool = False  # truncated completions count for nothing when True
-    micro_batch_size: int = 32  # sequences per forward pass
-
-    def __post_init__(self) -> None:
-        self.adam_betas = tuple(self.adam_betas)
-        if self.num_iterations < 1:
-            raise ValueError("num_iterations must be >= 1")
-        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
-            raise ValueError("need 0 <= eps_low < 1 and eps_high >= 0")
-        if self.scale_rewards not in ("group", "none"):
-            raise ValueError("scale_rewards must be 'group' or 'none'")
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0 (GRPO samples)")
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
+from worker.engine.logprobs import common_prefix_length, completion_logprobs
+from worker.engine.loss import grpo_loss
+from worker.shared.config import GRPOConfig
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 MIN_SHARED_PREFIX = 16
@@ -89,7 +59,7 @@ def collate(
 
     With ``share_prefix``, the tokens every prompt starts with (at least MIN_SHARED_PREFIX of
     them; one prompt token per row is always kept in the row) become ``prefix_ids`` and are cut
-    from the rows: worker/logprobs.py runs them once per micro-batch.
+    from the rows: worker/engine/logprobs.py runs them once per micro-batch.
     """
     prefix_ids = None
     shared = min(

@@ -1,7 +1,7 @@
 """The rollout record: one question with its G completions, as decoded text.
 
 This is what SAPO shares between nodes, and the same type the websocket protocol carries
-(``worker/protocol.py`` embeds :meth:`Rollout.to_json`). Only text travels: a receiving node
+(``worker/shared/protocol.py`` embeds :meth:`Rollout.to_json`). Only text travels: a receiving node
 re-tokenises question and completions with its own tokenizer and scores them under its own
 policy, so nodes with different models and tokenizers can share.
 
@@ -17,7 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from worker.tasks import QuestionRef
+from worker.shared.questions import QuestionRef
 
 SCHEMA_VERSION = 1
 MAX_COMPLETIONS = 64  # G
@@ -34,7 +34,7 @@ class Rollout:
     """One question, its ground truth and G completions with their rewards and advantages.
 
     rewards[g] and advantages[g] belong to completions[g]; advantages are computed within this
-    group (see worker/advantages.py). ``completion_tokens[g]`` counts tokens under the
+    group (see worker/shared/advantages.py). ``completion_tokens[g]`` counts tokens under the
     producing model's tokenizer; ``truncated[g]`` is true when generation hit max_new_tokens.
     """
 

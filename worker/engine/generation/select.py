@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from worker.generation.base import GenerationBackend
-from worker.hardware import GIB, Hardware
-from worker.models import ModelSpec
+from worker.engine.generation.base import GenerationBackend
+from worker.engine.hardware import GIB, Hardware
+from worker.shared.tiers import ModelSpec
 
 BACKENDS = ("auto", "transformers", "vllm")
 GPU_INSTALL = "pip install 'swarm-sapo[vllm]'"
@@ -86,13 +86,13 @@ def make_backend(
     starts from exactly the learner's weights (a resumed checkpoint, say) whatever the disk holds.
     """
     if name == "transformers":
-        from worker.generation.hf import TransformersBackend
+        from worker.engine.generation.hf import TransformersBackend
 
         return TransformersBackend(model, tokenizer)
     if name != "vllm":
         raise ValueError(f"unknown generation backend {name!r}")
     try:
-        from worker.generation.vllm_backend import VLLMBackend
+        from worker.engine.generation.vllm_backend import VLLMBackend
     except ImportError as error:  # pragma: no cover - the module itself needs no vllm
         raise BackendUnavailable(str(error)) from error
     device = next(model.parameters()).device.type

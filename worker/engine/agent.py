@@ -7,74 +7,37 @@ One round r of agent n (Algorithm 1 of the SAPO paper, with GRPO as the update):
     3. score each completion with the task's verifier; share the B rollouts as text
        (the swarm answers with verified rewards)
     4. sample J external rollouts of other agents from the pool
-    5. assemble the batch: I of the local rollouts + the external ones (worker/sampling.py)
+    5. assemble the batch: I of the local rollouts + the external ones (worker/shared/sampling.py)
     6. re-tokenise every selected rollout with this model's tokenizer, compute group
-       advantages from verified rewards, take a GRPO step (worker/trainer.py)
+       advantages from verified rewards, take a GRPO step (worker/engine/trainer.py)
     7. report the round's metrics
 
 Steps 1-3 are :meth:`Agent.generate_phase`, steps 4-7 :meth:`Agent.train_phase`; the
 simulator runs every agent's generate phase before any train phase so that a lockstep swarm
 shares within a round, while a volunteer runs :meth:`Agent.run_round` and shares
-asynchronously. The transport (worker/transport.py) is the only thing that differs.
+asynchronously. The transport (worker/engine/transport.py) is the only thing that differs.
 """
 
 from __future__ import annotations
 
 import random
 import time
-import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from worker.advantages import group_advantages, reward_std
-from worker.checkpoint import load_checkpoint, save_checkpoint
-from worker.generation.base import GenerationBackend
-from worker.prompts import render_prompt
-from worker.rewards import RewardConfig, rewards
-from worker.rollout import Rollout
-from worker.sampling import assemble_batch, check_strategy
-from worker.tasks import TaskMix
-from worker.trainer import GRPOConfig, GRPOLearner, TrainSample
-from worker.transport import Lease, Transport
-
-
-@dataclass
-class AgentConfig:
-    questions_per_round: int = 8  # B: questions generated (and shared) per round
-    group_size: int = 8  # G: completions per question
-    num_local: int = 8  # I: own rollouts trained on per round
-    num_external: int = 0  # J: others' rollouts trained on per round
-    local_strategy: str = "uniform"
-    external_strategy: str = "uniform"
-    max_new_tokens: int = 32
-    system_prompt: str = "default"
-    format_weight: float = 0.0
-    seed: int = 0
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.grpo, dict):
-            self.grpo = GRPOConfig(**self.grpo)
-        check_strategy(self.local_strategy)
-        check_strategy(self.external_strategy)
-        if self.num_local < 0 or self.num_external < 0 or self.num_local + self.num_external == 0:
-            raise ValueError("need I >= 0, J >= 0 and I + J > 0")
-        if self.num_local > self.questions_per_round:
-            raise ValueError(
-                f"I = {self.num_local} exceeds the {self.questions_per_round} questions per round"
-            )
-        if self.group_size < 2:
-            raise ValueError("GRPO needs a group size G >= 2")
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def stable_seed(*parts: object) -> int:
-    """A 31-bit seed from any parts, equal across processes (unlike hash())."""
-    return zlib.crc32(":".join(map(str, parts)).encode()) & 0x7FFFFFFF
+from worker.engine.checkpoint import load_checkpoint, save_checkpoint
+from worker.engine.generation.base import GenerationBackend
+from worker.engine.trainer import GRPOLearner, TrainSample
+from worker.engine.transport import Lease, Transport
+from worker.shared.advantages import group_advantages, reward_std
+from worker.shared.config import AgentConfig, stable_seed
+from worker.shared.prompts import render_prompt
+from worker.shared.questions import TaskMix
+from worker.shared.rewards import RewardConfig, rewards
+from worker.shared.rollout import Rollout
+from worker.shared.sampling import assemble_batch
 
 
 @dataclass

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from worker.rollout import Rollout
+from worker.shared.rollout import Rollout
 
 Strategy = Literal["uniform", "nonzero_advantage"]
 STRATEGIES: tuple[str, ...] = ("uniform", "nonzero_advantage")

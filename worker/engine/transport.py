@@ -1,10 +1,10 @@
 """How an agent reaches the swarm: the small interface its round loop is written against.
 
-Three implementations drive the same loop (worker/agent.py):
+Three implementations drive the same loop (worker/engine/agent.py):
 
 * :class:`LocalTransport` with a shared :class:`RolloutPool`: the in-process simulator.
 * :class:`LocalTransport` without a pool: an isolated agent (J = 0 controls).
-* the websocket transport of the volunteer client (worker/client.py), against the coordinator.
+* the websocket transport of the volunteer client (worker/client/session.py), against the coordinator.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from worker.rewards import RewardConfig, rewards
-from worker.rollout import Rollout
-from worker.sampling import sample_rollouts
-from worker.tasks import Question, QuestionStream, TaskMix
+from worker.shared.questions import Question, QuestionStream, TaskMix
+from worker.shared.rewards import RewardConfig, rewards
+from worker.shared.rollout import Rollout
+from worker.shared.sampling import sample_rollouts
 
 
 @dataclass

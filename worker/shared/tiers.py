@@ -2,16 +2,22 @@
 
 Every tier loads through the same ``from_pretrained`` call on a local directory or a hub id:
 the built-in CPU tiers (``tiny-*``) are built offline once into the model cache
-(worker/tiny.py) and then loaded exactly like a volunteer's downloaded Qwen model.
+(worker/engine/tiny.py) and then loaded exactly like a volunteer's downloaded Qwen model.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 GIB = 1024**3
+
+# A built tiny tier (worker/engine/tiny.py) is a directory with this file written last: whether
+# one is there is a question the coordinator asks too (the demo), without importing torch.
+BUILD_FILE = "swarm_build.json"
+RECIPE_VERSION = 2  # bump when the recipe changes: a cached build of another version is rebuilt
 
 
 @dataclass(frozen=True)
@@ -76,24 +82,10 @@ def model_cache_dir(data_dir: Path | None = None) -> Path:
     return base / "models"
 
 
-def resolve(spec: ModelSpec, cache_dir: Path, log=print) -> str:
-    """A path or hub id that ``from_pretrained`` accepts; builds a tiny tier on first use."""
-    if spec.source.startswith("builtin:"):
-        from worker.tiny import ensure_tiny_model
-
-        return str(ensure_tiny_model(spec.source.removeprefix("builtin:"), cache_dir, log=log))
-    return spec.source
-
-
-def load_policy(spec: ModelSpec, cache_dir: Path, device: str = "cpu", log=print):
-    """(model, tokenizer) for ``spec``, the model on ``device`` in training dtype."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    location = resolve(spec, cache_dir, log=log)
-    tokenizer = AutoTokenizer.from_pretrained(location)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    dtype = getattr(torch, spec.dtype) if device != "cpu" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to(device)
-    return model, tokenizer
+def is_built(model_dir: Path) -> bool:
+    """A complete build of this recipe version (an older recipe's build is rebuilt)."""
+    try:
+        build = json.loads((model_dir / BUILD_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return build.get("recipe", {}).get("recipe_version") == RECIPE_VERSION

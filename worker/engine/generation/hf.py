@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.generation.base import Sample
+from worker.engine.generation.base import Sample
 
 
 class TransformersBackend:

@@ -18,13 +18,15 @@ from pathlib import Path
 import torch
 
 from worker import __version__
-from worker.agent import Agent, AgentConfig, stable_seed
-from worker.arms import Arm
-from worker.generation.select import choose_backend, make_backend
-from worker.hardware import detect
-from worker.models import load_policy, model_cache_dir, resolve, tier
-from worker.tasks import TaskMix
-from worker.transport import LocalTransport, RolloutPool
+from worker.engine.agent import Agent
+from worker.engine.generation.select import choose_backend, make_backend
+from worker.engine.hardware import detect
+from worker.engine.policy import load_policy, resolve
+from worker.engine.transport import LocalTransport, RolloutPool
+from worker.shared.arms import Arm
+from worker.shared.config import AgentConfig, stable_seed
+from worker.shared.questions import TaskMix
+from worker.shared.tiers import model_cache_dir, tier
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 Why it is built this way:
 
-* **torch stays in the main thread.** The engine's round loop (worker/agent.py) calls the
-  :class:`~worker.transport.Transport` methods synchronously between generation and training.
+* **torch stays in the main thread.** The engine's round loop (worker/engine/agent.py) calls the
+  :class:`~worker.engine.transport.Transport` methods synchronously between generation and training.
   The websocket lives in a background thread with its own asyncio loop, so heartbeats keep
   flowing (and the coordinator keeps counting the node alive) while the main thread spends
   minutes in ``generate`` or an optimizer step. The main thread hands each request to that loop
@@ -69,26 +69,27 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 from websockets.protocol import State
 
-from worker import __version__, protocol
-from worker.identity import (
+from worker import __version__
+from worker.client.identity import (
     checkpoint_path,
     load_identity,
     load_stats,
     lock_data_dir,
     save_stats,
 )
-from worker.protocol import ErrorCode, Message, ProtocolError
-from worker.rollout import Rollout
-from worker.tasks import Question, QuestionRef
-from worker.transport import Lease
+from worker.engine.transport import Lease
+from worker.shared import protocol
+from worker.shared.protocol import ErrorCode, Message, ProtocolError
+from worker.shared.questions import Question, QuestionRef
+from worker.shared.rollout import Rollout
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from worker.agent import Agent
-    from worker.hardware import Hardware
-    from worker.models import ModelSpec
+    from worker.engine.agent import Agent
+    from worker.shared.hardware import Hardware
+    from worker.shared.tiers import ModelSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -280,7 +281,7 @@ def _error_parts(message: Message) -> tuple[str, str, dict[str, Any] | None]:
 
 
 class WebsocketTransport:
-    """The engine's :class:`~worker.transport.Transport` over the coordinator's websocket.
+    """The engine's :class:`~worker.engine.transport.Transport` over the coordinator's websocket.
 
     Synchronous methods for the main thread; the connection, its reconnection and heartbeats run
     in a background thread's asyncio loop. Use :meth:`start` (blocks until the first welcome,
@@ -910,9 +911,9 @@ class WebsocketTransport:
 
 
 def choose_backend(requested: str, hardware: Hardware) -> tuple[str, str]:
-    """(backend name, reason) for the startup line (worker/generation/select.py decides)."""
-    from worker.generation.select import BackendUnavailable
-    from worker.generation.select import choose_backend as select
+    """(backend name, reason) for the startup line (worker/engine/generation/select.py decides)."""
+    from worker.engine.generation.select import BackendUnavailable
+    from worker.engine.generation.select import choose_backend as select
 
     try:
         return select(requested, hardware)
@@ -931,7 +932,7 @@ def build_backend(
 ) -> Any:
     """The generation backend object for ``name``, sharing (transformers) or synced from (vLLM)
     the policy module."""
-    from worker.generation.select import BackendUnavailable, make_backend
+    from worker.engine.generation.select import BackendUnavailable, make_backend
 
     try:
         return make_backend(
@@ -950,7 +951,7 @@ def build_backend(
 
 def measure_generation_speed(backend: Any, tokenizer: Any, system_prompt: str = "default") -> float:
     """Tokens per second of a short real generation (2 prompts x 2 samples x 16 tokens)."""
-    from worker.prompts import render_prompt
+    from worker.shared.prompts import render_prompt
 
     prompts = [render_prompt(tokenizer, "What is 17 + 25?", system_prompt)] * 2
     start = time.perf_counter()
@@ -1069,7 +1070,7 @@ def run_worker(
     """Join the coordinator at ``url`` and train until the campaign ends (or ``max_rounds`` rounds
     of this run). Returns how it ended; Ctrl-C and SIGTERM end it cleanly (reason
     ``interrupted``). Raises :class:`FatalError` when the coordinator refuses the worker and
-    :class:`~worker.identity.IdentityError` when the data directory is unusable or in use.
+    :class:`~worker.client.identity.IdentityError` when the data directory is unusable or in use.
 
     ``torch_threads`` (else ``$SWARM_TORCH_THREADS``) sets torch's intra-op threads.
     """
@@ -1125,7 +1126,7 @@ class _WorkerRun:
         from rich.console import Console
         from rich.live import Live
 
-        from worker.hardware import detect
+        from worker.engine.hardware import detect
 
         hardware = detect(self.data_dir)
         backend_name, reason = choose_backend(self.requested_backend, hardware)
@@ -1194,9 +1195,11 @@ class _WorkerRun:
         backend_name: str,
         line: StatusLine,
     ) -> None:
-        from worker.agent import Agent, stable_seed
-        from worker.campaign import CampaignConfig, ConfigError
-        from worker.models import ModelSpec, load_policy, model_cache_dir, resolve, tier
+        from worker.engine.agent import Agent
+        from worker.engine.policy import load_policy, resolve
+        from worker.shared.campaign import CampaignConfig, ConfigError
+        from worker.shared.config import stable_seed
+        from worker.shared.tiers import ModelSpec, model_cache_dir, tier
 
         campaign = welcome["campaign"]
         try:

@@ -23,7 +23,7 @@ Recipe (all tiers share the tokenizer; only the network size and warm-start leng
                 short on purpose: the base model answers in format and is right sometimes, so RL
                 has room to improve.
     measure     64 held-out questions (stream seed 9_000_000+seed): mean reward
-                (``worker.rewards.reward``) of greedy completions and of 4 sampled completions per
+                (``worker.shared.rewards.reward``) of greedy completions and of 4 sampled completions per
                 question at temperature 1.0, top_k=0, top_p=1.0, 24 new tokens.
     output      config.json, model.safetensors, generation_config.json (eos=<|im_end|>,
                 pad=<|endoftext|>, plain sampling at T=1), tokenizer files, and ``swarm_build.json``
@@ -61,14 +61,13 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 import worker
-from worker.prompts import render_prompt
-from worker.rewards import reward
-from worker.tasks import Question, QuestionStream, preset
+from worker.shared.prompts import render_prompt
+from worker.shared.questions import Question, QuestionStream, preset
+from worker.shared.rewards import reward
+from worker.shared.tiers import BUILD_FILE, RECIPE_VERSION, is_built
 
 Log = Callable[[str], None]
 
-BUILD_FILE = "swarm_build.json"  # written last: its presence marks a complete build
-RECIPE_VERSION = 2  # bump when the recipe changes: a cached build of another version is rebuilt
 
 # --- tokenizer ------------------------------------------------------------------------------------
 VOCAB_SIZE = 1024
@@ -481,7 +480,7 @@ def build_tiny_model(
             "lr": arch.lr,
             "params": param_count(model),
             "vocab_size": len(tokenizer),
-            # The corpus comes from worker/tasks.py and reasoning-gym: equal hashes, equal tokenizers.
+            # The corpus comes from worker/shared/questions.py and reasoning-gym: equal hashes, equal tokenizers.
             "tokenizer_sha256": hashlib.sha256((tmp_dir / "tokenizer.json").read_bytes()).hexdigest(),
             "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),
             "train_seconds": round(train_seconds, 1),
@@ -510,15 +509,6 @@ def _replace_dir(new: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(new, target)
-
-
-def is_built(model_dir: Path) -> bool:
-    """A complete build of this recipe version (an older recipe's build is rebuilt)."""
-    try:
-        build = json.loads((model_dir / BUILD_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return build.get("recipe", {}).get("recipe_version") == RECIPE_VERSION
 
 
 @contextlib.contextmanager

@@ -6,44 +6,14 @@ The same facts feed `swarm-worker doctor` (advice for the volunteer) and the hel
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import shutil
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Hardware:
-    device: str  # "cuda", "mps" or "cpu"
-    device_name: str
-    vram_bytes: int  # 0 without a GPU
-    ram_bytes: int
-    cpu_count: int
-    disk_free_bytes: int
-    backends: list[str] = field(default_factory=list)  # generation backends importable here
-    python: str = ""
-    torch: str = ""
-    os: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def total_ram_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def vllm_importable() -> bool:
-    # find_spec does not import vllm (which takes ~14 s); it only finds it.
-    return importlib.util.find_spec("vllm") is not None
+from worker.shared.hardware import GIB, Hardware, total_ram_bytes, vllm_importable
 
 
 def detect(data_dir: Path) -> Hardware:

@@ -5,9 +5,9 @@ samples? The study runs the SAPO paper's arms (8/0, 6/2, 4/4, 2/6; I local / J e
 rollouts trained on per round, zero-advantage groups dropped as in the paper's SAPO arms) and
 the two controls the paper lacked (8/0-filtered: isolated with the same filter; 4/4-unfiltered:
 sharing without it), each with N agents and 8 questions per agent per round, in the
-in-process simulator (worker/simulate.py).
+in-process simulator (worker/research/simulate.py).
 
-A **cell** is one (arm, seed): one :func:`worker.simulate.run_arm`. The seed fixes every agent's
+A **cell** is one (arm, seed): one :func:`worker.research.simulate.run_arm`. The seed fixes every agent's
 question stream and generation seeds, and is the same across arms, so the arms of one seed
 see the same questions and differences between arms pair by seed. Cells run seed by seed (all
 arms of seed 0, then seed 1, ...), so an interrupted study leaves complete pairs behind; the
@@ -45,8 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker import stats
-from worker.arms import Arm, sapo_table_arms
+from worker.shared import stats
+from worker.shared.arms import Arm, sapo_table_arms
 
 # The paper's Table (8 agents, Qwen2.5-0.5B, 2000 rounds, G = 8, one run).
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
@@ -98,7 +98,7 @@ class StudyConfig:
     group_size: int = 8  # G
     max_new_tokens: int = 16
     tier: str = "tiny-1m"
-    tasks: str = "cpu"  # task preset (worker/tasks.py)
+    tasks: str = "cpu"  # task preset (worker/shared/questions.py)
     learning_rate: float | None = None  # None: the tier's
     num_iterations: int = 1
     temperature: float = 1.0
@@ -120,7 +120,7 @@ class StudyConfig:
         if self.questions_per_round != QUESTIONS_PER_ROUND:
             raise StudyError("the study's arms are defined for 8 questions per agent per round")
         if self.learning_rate is None:
-            from worker.models import tier
+            from worker.shared.tiers import tier
 
             self.learning_rate = tier(self.tier).learning_rate
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
@@ -179,11 +179,10 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
     A module-level function of plain data so a process pool can run it.
     """
     _set_one_thread()
-    from worker.agent import AgentConfig
-    from worker.models import model_cache_dir
-    from worker.simulate import SimulationConfig, run_arm
-    from worker.tasks import preset
-    from worker.trainer import GRPOConfig
+    from worker.research.simulate import SimulationConfig, run_arm
+    from worker.shared.config import AgentConfig, GRPOConfig
+    from worker.shared.questions import preset
+    from worker.shared.tiers import model_cache_dir
 
     grpo = GRPOConfig(
         learning_rate=settings["learning_rate"],
@@ -274,7 +273,7 @@ def versions() -> dict[str, Any]:
 
 def model_build(tier_name: str) -> dict[str, Any] | None:
     """The tiny tier's build record (recipe version, steps, tokenizer hash), if it has one."""
-    from worker.models import model_cache_dir
+    from worker.shared.tiers import model_cache_dir
 
     path = model_cache_dir() / tier_name / "swarm_build.json"
     if not path.exists():

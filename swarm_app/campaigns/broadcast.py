@@ -1,0 +1,49 @@
+"""Pushes over the channel layer: a campaign's state to its workers and dashboards, and
+"refresh" to its dashboards. Best effort by design: workers learn the state from their next
+heartbeat and dashboards refresh on their own every few seconds, so a channel layer that is
+down delays a push but never loses a fact."""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from swarm_app.campaigns.models import Campaign
+
+log = logging.getLogger(__name__)
+
+
+def campaign_group(campaign_id: int) -> str:
+    """The channel group of a campaign's dashboards."""
+    return f"campaign-{campaign_id}"
+
+
+def worker_group(campaign_id: int) -> str:
+    """The channel group of a campaign's connected workers (state pushes)."""
+    return f"campaign-{campaign_id}-workers"
+
+
+def push_state(campaign: Campaign) -> None:
+    """Tell connected workers and dashboards about the new state (best effort)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = {"type": "campaign.state", "state": campaign.state, "reason": campaign.failure_reason}
+    for group in (worker_group(campaign.pk), campaign_group(campaign.pk)):
+        try:
+            async_to_sync(layer.group_send)(group, event)
+        except Exception:  # the next heartbeat carries the state anyway
+            log.exception("could not push state of campaign %s to %s", campaign.pk, group)
+
+
+def broadcast_refresh(campaign_id: int) -> None:
+    """Ask the campaign's dashboards to refresh their tables (a control started or ended)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(campaign_group(campaign_id), {"type": "dashboard.refresh"})
+    except Exception:  # dashboards also refresh on their own every few seconds
+        log.exception("could not ask dashboards of campaign %s to refresh", campaign_id)

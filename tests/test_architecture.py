@@ -1,0 +1,81 @@
+"""The layout's rules, enforced: import-linter's contracts (pyproject.toml), a coordinator that
+never loads torch, and modules short enough to read."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 600
+
+pytestmark = pytest.mark.engine  # reads the source and starts imports only: no service, no mode
+
+
+def test_import_contracts_are_kept():
+    """``lint-imports`` over worker/ and swarm_app/: layers, torch-free shared layer and
+    coordinator, a worker without Django, no circles among siblings."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run(
+        [str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report
+    assert "0 broken" in report, report
+
+
+# The coordinator's processes: the ASGI application (daphne), a Celery worker's and beat's import
+# path (the app, its autodiscovered task modules and the beat schedule), and the management
+# commands (migrate, the demo).
+COORDINATOR_IMPORTS = """
+import json, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "swarm_app.settings")
+from swarm_app.asgi import application
+from swarm_app.celery import app
+app.loader.import_default_modules()
+import swarm_app.campaigns.tasks, swarm_app.coordinator.consumers, swarm_app.campaigns.controls
+from django.core.management import load_command_class
+for name, app_name in (("migrate", "django.core"), ("demo", "swarm_app.core")):
+    load_command_class(app_name, name)
+heavy = ("torch", "transformers", "vllm", "tokenizers")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+
+
+def test_coordinator_processes_never_import_torch(tmp_path):
+    env = {**os.environ, "SWARM_DATA_DIR": str(tmp_path), "SECRET_KEY": "test"}
+    result = subprocess.run(
+        [sys.executable, "-c", COORDINATOR_IMPORTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"coordinator imports loaded {loaded[:10]}"
+
+
+def _long_modules() -> list[str]:
+    long = []
+    for path in sorted((ROOT / "worker").rglob("*.py")):
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines <= MAX_MODULE_LINES:
+            continue
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if "long because" not in docstring:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    return long
+
+
+def test_worker_modules_are_short_or_say_why():
+    """A module over 600 lines must say in its docstring why it is "long because" of what."""
+    assert _long_modules() == []

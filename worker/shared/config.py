@@ -1,0 +1,81 @@
+"""The settings of one node's learner and round loop, shared by the engine (which runs them),
+the campaign config (which derives them) and the coordinator (which validates them).
+
+Names follow TRL's GRPOConfig where the idea is the same (``num_iterations`` = mu,
+``epsilon``/``epsilon_high`` as ``eps_low``/``eps_high``, ``scale_rewards``,
+``mask_truncated_completions``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field
+
+from worker.shared.sampling import check_strategy
+
+
+@dataclass
+class GRPOConfig:
+    learning_rate: float = 1e-5  # the reference code's Adam lr for Qwen2.5-0.5B
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    beta: float = 0.0  # KL coefficient; > 0 keeps a frozen copy of the initial model as reference
+    num_iterations: int = 1
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0  # the sampling temperature; logits are divided by it when scoring
+    scale_rewards: str = "group"  # "group" (GRPO) or "none" (Dr. GRPO)
+    mask_truncated_completions: bool = False  # truncated completions count for nothing when True
+    micro_batch_size: int = 32  # sequences per forward pass
+
+    def __post_init__(self) -> None:
+        self.adam_betas = tuple(self.adam_betas)
+        if self.num_iterations < 1:
+            raise ValueError("num_iterations must be >= 1")
+        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
+            raise ValueError("need 0 <= eps_low < 1 and eps_high >= 0")
+        if self.scale_rewards not in ("group", "none"):
+            raise ValueError("scale_rewards must be 'group' or 'none'")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0 (GRPO samples)")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class AgentConfig:
+    questions_per_round: int = 8  # B: questions generated (and shared) per round
+    group_size: int = 8  # G: completions per question
+    num_local: int = 8  # I: own rollouts trained on per round
+    num_external: int = 0  # J: others' rollouts trained on per round
+    local_strategy: str = "uniform"
+    external_strategy: str = "uniform"
+    max_new_tokens: int = 32
+    system_prompt: str = "default"
+    format_weight: float = 0.0
+    seed: int = 0
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.grpo, dict):
+            self.grpo = GRPOConfig(**self.grpo)
+        check_strategy(self.local_strategy)
+        check_strategy(self.external_strategy)
+        if self.num_local < 0 or self.num_external < 0 or self.num_local + self.num_external == 0:
+            raise ValueError("need I >= 0, J >= 0 and I + J > 0")
+        if self.num_local > self.questions_per_round:
+            raise ValueError(
+                f"I = {self.num_local} exceeds the {self.questions_per_round} questions per round"
+            )
+        if self.group_size < 2:
+            raise ValueError("GRPO needs a group size G >= 2")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def stable_seed(*parts: object) -> int:
+    """A 31-bit seed from any parts, equal across processes (unlike hash())."""
+    return zlib.crc32(":".join(map(str, parts)).encode()) & 0x7FFFFFFF
