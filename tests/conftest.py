@@ -48,20 +48,3 @@ def tiny_policy(tiny_1m_dir):
 
     return load_policy(tier("tiny-1m"), tiny_1m_dir.parent)
 
-
-# Modules that never touch the coordinator's database, broker or channel layer: their outcome
-# cannot depend on the mode, so CI runs them once (in the PostgreSQL + Redis pass), not twice.
-ENGINE_MODULES = {
-    "test_engine_core",
-    "test_engine_model",
-    "test_tiny",
-    "test_vllm",
-    "test_client_unit",
-    "test_study",
-}
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in ENGINE_MODULES:
-            item.add_marker(pytest.mark.engine)

@@ -245,5 +245,5 @@ def test_protocol_reference_in_docs_is_generated_from_the_code():
 
     from worker.shared.protocol import render_docs
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
     assert render_docs() in doc, "regenerate: python -m worker.shared.protocol, then paste into docs/protocol.md"

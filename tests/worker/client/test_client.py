@@ -62,7 +62,7 @@ from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
 from worker.shared.tiers import TIERS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def small_config(**overrides: Any) -> CampaignConfig:
