@@ -1,0 +1,93 @@
+"""The status page with live counts, and the metrics export API (CSV and JSON, per agent or per
+round)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from django.urls import reverse
+
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from tests.campaigns.helpers import make_campaign
+
+
+def add_metrics(campaign: Campaign) -> None:
+    token, _ = create_token(campaign)
+    node = WorkerNode.objects.create(
+        campaign=campaign, node_id="w1", token=token, tier="tiny-1m", connected=True, round=2
+    )
+    for number in range(2):
+        RoundMetrics.objects.create(
+            campaign=campaign,
+            arm="swarm",
+            tier="tiny-1m",
+            agent="node:w1",
+            node=node,
+            round=number,
+            reward=0.25 * (number + 1),
+            metrics={"reward": 0.9, "entropy": 1.5 + number, "batch/external_used": 2.0},
+        )
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    RoundMetrics.objects.create(
+        campaign=campaign,
+        arm="isolated",
+        tier="tiny-1m",
+        agent=f"control:{run.pk}",
+        control_run=run,
+        round=0,
+        reward=0.1,
+        metrics={"reward": 0.1, "step_time": 0.5},
+    )
+
+
+def test_status_page_lists_campaigns_with_live_counts(anonymous):
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    add_metrics(campaign)
+    page = anonymous.get("/").content.decode()
+    assert campaign.name in page and campaign.get_absolute_url() in page
+    data = anonymous.get("/api/status").json()
+    row = next(c for c in data["campaigns"] if c["id"] == campaign.pk)
+    assert (row["live_workers"], row["workers"], row["state"]) == (1, 1, "running")
+    assert data["totals"]["running"] == 1 and data["totals"]["live_workers"] == 1
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
+def test_metrics_export_as_csv_and_json(anonymous):
+    """(The test client reads the async stream synchronously, hence the ignored warning; the real
+    server streams it: tests/campaigns/test_dashboard.py.)"""
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    add_metrics(campaign)
+    url = reverse("api-metrics", args=[campaign.pk])
+    response = anonymous.get(url, {"format": "csv"})
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert f"campaign-{campaign.pk}-metrics.csv" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response).decode())))
+    assert [(r["arm"], r["agent"], r["round"], float(r["reward"])) for r in rows] == [
+        ("swarm", "node:w1", "0", 0.25),
+        ("swarm", "node:w1", "1", 0.5),
+        ("isolated", rows[2]["agent"], "0", 0.1),
+    ]
+    assert rows[1]["entropy"] == "2.5" and rows[2]["entropy"] == "" and rows[2]["step_time"] == "0.5"
+    assert rows[0]["metrics/reward"] == "0.9"  # the worker's own claim, apart from the verified reward
+    body = json.loads(b"".join(anonymous.get(url, {"format": "json", "arm": "swarm"})))
+    assert body["campaign"] == campaign.pk and body["level"] == "agent"
+    assert [(r["round"], r["reward"], r["metrics"]["entropy"]) for r in body["rows"]] == [
+        (0, 0.25, 1.5),
+        (1, 0.5, 2.5),
+    ]
+    body = anonymous.get(url, {"format": "json", "level": "round"}).json()
+    assert [(r["arm"], r["round"], r["agents"], r["reward_mean"]) for r in body["rows"]] == [
+        ("isolated", 0, 1, 0.1),
+        ("swarm", 0, 1, 0.25),
+        ("swarm", 1, 1, 0.5),
+    ]
+    rounds_csv = anonymous.get(url, {"format": "csv", "level": "round", "from_round": "1"}).content.decode()
+    assert rounds_csv.splitlines()[0].startswith("campaign,arm,tier,round,agents,reward_mean")
+    assert len(rounds_csv.splitlines()) == 2
+    assert anonymous.get(url, {"format": "xml"}).status_code == 400
+    assert anonymous.get(url, {"from_round": "x"}).status_code == 400

@@ -1,0 +1,203 @@
+"""The campaign form: presets, a valid POST and its stored settings, every validation error next to
+its field, tiers no seen worker can run, local workers started from the form."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from swarm_app.campaigns.models import Campaign
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import create_token, digest
+from tests.campaigns.helpers import form_data, make_campaign
+from worker.shared.campaign import ControlsConfig, cpu_demo_config
+
+
+def field_errors(response, field: str) -> list[str]:
+    return list(response.context["form"].errors.get(field, []))
+
+
+def test_presets_fill_the_form(staff):
+    form = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"]
+    assert form.initial["tiers"] == ["tiny-1m", "tiny-5m"]
+    assert form.initial["task_preset"] == "cpu" and form.initial["rounds"] == 60
+    form = staff.get(reverse("campaign-new") + "?preset=sapo-table&num_local=6&num_external=2").context[
+        "form"
+    ]
+    assert form.initial["tiers"] == ["qwen2.5-0.5b"] and form.initial["task_preset"] == "rgym9"
+    assert (form.initial["num_local"], form.initial["num_external"]) == (6, 2)
+
+
+def test_the_cpu_demo_preset_round_trips_through_the_form(staff):
+    initial = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"].initial
+    post = {key: value for key, value in initial.items() if value is not None and value is not False}
+    post.update({key: "on" for key, value in initial.items() if value is True})
+    response = staff.post(reverse("campaign-new"), post)
+    assert response.status_code == 302, response.context["form"].errors
+    campaign = Campaign.objects.get()
+    expected = cpu_demo_config().to_json()
+    assert campaign.config == expected
+    assert campaign.state == Campaign.State.RUNNING  # the demo preset launches at once
+    assert campaign.created_by.username == "organizer"
+
+
+def test_a_valid_form_creates_a_pending_campaign_with_those_settings(staff):
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(
+            task_preset="custom",
+            custom_tasks="chain_sum 2 min_digits=1 max_digits=1\nspell_backward 1 # comment",
+            learning_rate="0.0003",
+        ),
+    )
+    campaign = Campaign.objects.get()
+    assert response.status_code == 302 and response["Location"] == campaign.get_absolute_url()
+    config = campaign.settings
+    assert campaign.state == Campaign.State.PENDING
+    assert config.tasks == [
+        {"name": "chain_sum", "weight": 2.0, "config": {"min_digits": 1, "max_digits": 1}},
+        {"name": "spell_backward", "weight": 1.0, "config": {}},
+    ]
+    assert (config.group_size, config.questions_per_round, config.num_local, config.num_external) == (
+        4,
+        4,
+        2,
+        2,
+    )
+    assert config.grpo == {"num_iterations": 2, "learning_rate": 0.0003}  # defaults are not stored
+    assert config.controls == ControlsConfig(isolated=True, filtered=True, seeds=1)
+    assert config.max_new_tokens == 8 and config.rounds == 5
+
+
+def seen_worker(hardware: dict) -> None:
+    campaign = make_campaign()
+    token, _ = create_token(campaign)
+    WorkerNode.objects.create(
+        campaign=campaign,
+        node_id=f"seen{WorkerNode.objects.count()}",
+        token=token,
+        tier="tiny-1m",
+        hardware=hardware,
+        last_seen=timezone.now() - timedelta(hours=1),
+    )
+
+
+CPU = {"device": "cpu", "device_name": "x86", "vram_bytes": 0, "ram_bytes": 16 * 1024**3, "cpu_count": 4}
+
+INVALID = [
+    # (overrides, field, message fragment)
+    ({"num_local": "0", "num_external": "0"}, "num_local", "I + J must be at least 1"),
+    (
+        {"task_preset": "custom", "custom_tasks": "no_such_task 1"},
+        "custom_tasks",
+        "unknown reasoning-gym task",
+    ),
+    ({"task_preset": "custom", "custom_tasks": ""}, "custom_tasks", "at least one task"),
+    ({"task_preset": "custom", "custom_tasks": "chain_sum heavy"}, "custom_tasks", "weight"),
+    ({"task_preset": "custom", "custom_tasks": "chain_sum 1 min_digits"}, "custom_tasks", "key=value"),
+    ({"task_preset": "custom", "custom_tasks": "chain_sum 0"}, "custom_tasks", "weight must be positive"),
+    (
+        {"task_preset": "custom", "custom_tasks": "chain_sum 1 no_such_setting=3"},
+        "custom_tasks",
+        "invalid config",
+    ),
+    ({"task_preset": "custom", "custom_tasks": "chain_sum\nchain_sum"}, "custom_tasks", "duplicate"),
+    ({"task_preset": "nope"}, "task_preset", "valid choice"),
+    ({"tiers": []}, "tiers", "required"),
+    ({"tiers": ["gpt-5"]}, "tiers", "valid choice"),
+    ({"group_size": "1"}, "group_size", "greater than or equal to 2"),
+    ({"questions_per_round": "65"}, "questions_per_round", "less than or equal to 64"),
+    ({"num_local": "5"}, "num_local", "cannot exceed"),
+    ({"num_external": "3"}, "num_external", "I + J = 5"),
+    ({"local_strategy": "best"}, "local_strategy", "valid choice"),
+    ({"rounds": "0"}, "rounds", "greater than or equal to 1"),
+    ({"control_seeds": "17"}, "control_seeds", "less than or equal to 16"),
+    ({"eps_low": "1.5"}, "eps_low", "less than or equal to 0.99"),
+    ({"eps_high": "0.1"}, "eps_high", "must not be below"),
+    ({"num_iterations": "0"}, "num_iterations", "greater than or equal to 1"),
+    ({"temperature": "0"}, "temperature", "greater than or equal to 0.01"),
+    ({"max_new_tokens": "0"}, "max_new_tokens", "greater than or equal to 1"),
+    ({"learning_rate": "-1"}, "learning_rate", "greater than or equal to 0"),
+    ({"name": ""}, "name", "required"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field", "fragment"), INVALID, ids=[i[2][:30] for i in INVALID])
+def test_each_validation_error_is_shown_next_to_its_field(staff, overrides, field, fragment):
+    response = staff.post(reverse("campaign-new"), form_data(**overrides))
+    assert response.status_code == 200
+    errors = field_errors(response, field)
+    assert any(fragment in error for error in errors), response.context["form"].errors
+    page = response.content.decode()
+    start = page.index(f'id="field-{field}"')
+    assert "errorlist" in page[start : page.index("</div>\n", page.index("errorlist", start)) + 1]
+    assert not Campaign.objects.exists()
+
+
+def test_independent_errors_are_reported_together(staff):
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(num_local="0", num_external="0", task_preset="custom", custom_tasks="bogus 1"),
+    )
+    assert field_errors(response, "num_local") and field_errors(response, "custom_tasks")
+
+
+def test_a_tier_no_seen_worker_can_run_is_refused_unless_allowed(staff):
+    seen_worker(CPU)
+    response = staff.post(reverse("campaign-new"), form_data(tiers=["tiny-1m", "qwen2.5-1.5b"]))
+    errors = field_errors(response, "tiers")
+    assert len(errors) == 1 and "no worker seen in the last 7 days can run qwen2.5-1.5b" in errors[0]
+    assert "GPU" in errors[0]
+    assert Campaign.objects.count() == 1  # the seen worker's own
+    response = staff.post(reverse("campaign-new"), form_data(tiers=["qwen2.5-1.5b"], allow_unseen_tiers="on"))
+    assert response.status_code == 302
+
+
+def test_local_workers_need_the_setting_and_a_tier_this_machine_runs(staff, settings, monkeypatch):
+    settings.SWARM_ALLOW_LOCAL_WORKERS = False
+    assert "local_workers" not in staff.get(reverse("campaign-new")).context["form"].fields
+    settings.SWARM_ALLOW_LOCAL_WORKERS = True
+    assert "local_workers" in staff.get(reverse("campaign-new")).context["form"].fields
+    monkeypatch.setattr("swarm_app.campaigns.forms.local_hardware", lambda: dict(CPU))
+    response = staff.post(
+        reverse("campaign-new"), form_data(tiers=["qwen2.5-0.5b"], local_workers="2", allow_unseen_tiers="on")
+    )
+    errors = field_errors(response, "tiers")
+    assert errors and "local workers run on this machine" in errors[0] and "GPU" in errors[0]
+    assert not Campaign.objects.exists()
+
+
+def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monkeypatch):
+    settings.SWARM_ALLOW_LOCAL_WORKERS = True
+    monkeypatch.setattr("swarm_app.campaigns.forms.local_hardware", lambda: dict(CPU))
+    started = []
+
+    class FakePopen:
+        pid = 4242
+
+        def __init__(self, args, env, **kwargs):
+            started.append((args, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr("swarm_app.campaigns.lifecycle.subprocess.Popen", FakePopen)
+    monkeypatch.delenv("SWARM_MODEL_CACHE", raising=False)
+    response = staff.post(reverse("campaign-new"), form_data(local_workers="2", launch_now="on"))
+    assert response.status_code == 302
+    campaign = Campaign.objects.get()
+    assert campaign.state == Campaign.State.RUNNING and campaign.local_workers == 2
+    assert len(started) == 2
+    args, env = started[0]
+    assert args[1:5] == ["-m", "worker.cli", "join", "http://testserver/"]
+    token = campaign.tokens.get()
+    assert token.token_hash == digest(env["SWARM_TOKEN"])  # the secret travels in the environment
+    assert env["SWARM_TOKEN"] not in " ".join(args)
+    data_dirs = {a[a.index("--data-dir") + 1] for a, _ in started}
+    assert len(data_dirs) == 2  # one identity per local worker
+    # ... but one model cache, the coordinator's: a worker's own would build the tiers again.
+    assert {e["SWARM_MODEL_CACHE"] for _, e in started} == {str(Path(settings.DATA_DIR) / "models")}

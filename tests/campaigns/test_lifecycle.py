@@ -1,0 +1,146 @@
+"""The lifecycle functions behind the organizer's buttons: launch and its control runs, the state
+machine, pause/resume pushed to workers and dashboards, failure, completion."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+from django.urls import reverse
+
+from swarm_app.campaigns import lifecycle
+from swarm_app.campaigns.broadcast import campaign_group, worker_group
+from swarm_app.campaigns.models import Campaign, ControlRun
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from tests.campaigns.helpers import make_campaign
+from worker.shared.campaign import ControlsConfig
+
+
+def test_launch_creates_one_control_per_tier_arm_and_seed(db):
+    campaign = make_campaign(tiers=["tiny-1m", "tiny-5m"], seed=10, controls=ControlsConfig(True, True, 2))
+    runs = lifecycle.launch(campaign, enqueue=False)
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.RUNNING and campaign.started_at is not None
+    keys = sorted((r.tier, r.arm, r.seed) for r in runs)
+    assert keys == sorted(
+        (tier, arm, seed)
+        for tier in ("tiny-1m", "tiny-5m")
+        for arm in ("isolated", "filtered")
+        for seed in (10, 11)
+    )
+    assert all(r.state == ControlRun.State.QUEUED for r in runs)
+    only_filtered = make_campaign(controls=ControlsConfig(isolated=False, filtered=True, seeds=1))
+    assert [(r.arm, r.seed) for r in lifecycle.launch(only_filtered, enqueue=False)] == [("filtered", 0)]
+
+
+def test_transitions_follow_the_state_machine(db):
+    campaign = make_campaign()
+    with pytest.raises(lifecycle.LifecycleError):
+        lifecycle.pause(campaign)
+    lifecycle.launch(campaign, enqueue=False)
+    with pytest.raises(lifecycle.LifecycleError):
+        lifecycle.launch(campaign, enqueue=False)
+    lifecycle.pause(campaign)
+    assert campaign.state == Campaign.State.PAUSED
+    lifecycle.resume(campaign)
+    assert campaign.state == Campaign.State.RUNNING
+    lifecycle.stop(campaign)
+    assert campaign.state == Campaign.State.STOPPED and campaign.finished_at is not None
+    for action in (lifecycle.resume, lifecycle.pause, lifecycle.stop):
+        with pytest.raises(lifecycle.LifecycleError):
+            action(campaign)
+    lifecycle.fail(campaign, "too late")  # a finished campaign keeps its first outcome
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.STOPPED and campaign.failure_reason == ""
+
+
+def test_the_buttons_move_the_campaign_and_say_so(staff):
+    campaign = make_campaign(controls=ControlsConfig(False, False, 0))
+    response = staff.post(reverse("campaign-launch", args=[campaign.pk]), follow=True)
+    assert "is running" in response.content.decode()
+    staff.post(reverse("campaign-pause", args=[campaign.pk]))
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.PAUSED
+    response = staff.post(reverse("campaign-pause", args=[campaign.pk]), follow=True)
+    assert "cannot make it paused" in response.content.decode()  # an error message, not a crash
+    staff.post(reverse("campaign-resume", args=[campaign.pk]))
+    staff.post(reverse("campaign-stop", args=[campaign.pk]))
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.STOPPED
+
+
+def test_pause_and_resume_are_pushed_to_workers_and_dashboards(db):
+    campaign = make_campaign()
+    lifecycle.launch(campaign, enqueue=False)
+    layer = get_channel_layer()
+
+    async def listen():
+        workers, viewers = await layer.new_channel(), await layer.new_channel()
+        await layer.group_add(worker_group(campaign.pk), workers)
+        await layer.group_add(campaign_group(campaign.pk), viewers)
+        return workers, viewers
+
+    async def receive(channel):
+        return await asyncio.wait_for(layer.receive(channel), timeout=10)
+
+    workers, viewers = asyncio.run(listen())
+    lifecycle.pause(campaign)
+    assert asyncio.run(receive(workers))["state"] == "paused"
+    assert asyncio.run(receive(viewers)) == {"type": "campaign.state", "state": "paused", "reason": ""}
+    lifecycle.resume(campaign)
+    assert asyncio.run(receive(workers)) == {"type": "campaign.state", "state": "running", "reason": ""}
+
+
+def test_a_failed_campaign_shows_its_reason(anonymous):
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    lifecycle.fail(campaign, "control isolated/tiny-1m/seed 0 failed: RuntimeError: out of memory")
+    page = anonymous.get(campaign.get_absolute_url()).content.decode()
+    assert "Failed:" in page and "RuntimeError: out of memory" in page
+    assert 'id="failure" class="failure" hidden' not in page
+
+
+def test_a_campaign_completes_when_every_live_node_and_control_is_done(db):
+    campaign = make_campaign(controls=ControlsConfig(True, False, 1), rounds=3)
+    lifecycle.launch(campaign, enqueue=False)
+    token, _ = create_token(campaign)
+    node = WorkerNode.objects.create(campaign=campaign, node_id="n1", token=token, tier="tiny-1m", round=3)
+    straggler = WorkerNode.objects.create(
+        campaign=campaign, node_id="n2", token=token, tier="tiny-1m", round=1
+    )
+    assert lifecycle.complete_finished() == []  # a control still runs, a node lags
+    ControlRun.objects.filter(campaign=campaign).update(state=ControlRun.State.COMPLETED, round=3)
+    assert lifecycle.complete_finished() == []
+    WorkerNode.objects.filter(pk=straggler.pk).update(
+        state=WorkerNode.State.OFFLINE
+    )  # gone: no longer waited for
+    assert lifecycle.complete_finished() == [campaign.pk]
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.COMPLETED and campaign.finished_at is not None
+    assert node.round == 3
+
+
+def test_a_campaign_completes_after_its_finished_workers_have_left(db):
+    # The demo's case: each worker leaves (offline) when it has run the rounds, and the last
+    # control finishes later.
+    campaign = make_campaign(controls=ControlsConfig(True, False, 1), rounds=3)
+    lifecycle.launch(campaign, enqueue=False)
+    token, _ = create_token(campaign)
+    WorkerNode.objects.create(
+        campaign=campaign, node_id="n1", token=token, tier="tiny-1m", round=3, state=WorkerNode.State.OFFLINE
+    )
+    WorkerNode.objects.create(
+        campaign=campaign, node_id="n2", token=token, tier="tiny-1m", round=1, state=WorkerNode.State.BANNED
+    )
+    assert lifecycle.complete_finished() == []  # the control still runs
+    ControlRun.objects.filter(campaign=campaign).update(state=ControlRun.State.COMPLETED, round=3)
+    assert lifecycle.complete_finished() == [campaign.pk]
+    # Nobody finished: every volunteer left early. The campaign waits for others.
+    waiting = make_campaign(controls=ControlsConfig(False, False, 0), rounds=3)
+    lifecycle.launch(waiting, enqueue=False)
+    token, _ = create_token(waiting)
+    WorkerNode.objects.create(
+        campaign=waiting, node_id="n3", token=token, tier="tiny-1m", round=2, state=WorkerNode.State.OFFLINE
+    )
+    assert lifecycle.complete_finished() == []

@@ -1,0 +1,125 @@
+"""Who may read and write in the organizer web UI: anonymous visitors, non-staff users and staff;
+private campaigns, CSRF on every write, POST-only actions; worker tokens shown once, stored
+hashed, revocable."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from swarm_app.campaigns.models import Campaign, ControlRun
+from swarm_app.coordinator.models import WorkerToken
+from swarm_app.coordinator.tokens import create_token, digest
+from tests.campaigns.helpers import form_data, make_campaign
+
+User = get_user_model()
+
+
+def test_anyone_reads_public_pages_and_only_staff_see_private_ones(anonymous, member, staff):
+    public = make_campaign(public=True)
+    private = make_campaign(public=False)
+    for client in (anonymous, member, staff):
+        assert client.get("/").status_code == 200
+        assert client.get(public.get_absolute_url()).status_code == 200
+        assert client.get(reverse("api-dashboard", args=[public.pk])).status_code == 200
+    for client in (anonymous, member):
+        assert client.get(private.get_absolute_url()).status_code == 404
+        assert client.get(reverse("api-metrics", args=[private.pk])).status_code == 404
+        assert private.name not in client.get("/").content.decode() or public.name == private.name
+        assert private.pk not in [c["id"] for c in client.get("/api/status").json()["campaigns"]]
+    assert staff.get(private.get_absolute_url()).status_code == 200
+    assert private.pk in [c["id"] for c in staff.get("/api/status").json()["campaigns"]]
+
+
+def test_viewers_see_no_organizer_controls(anonymous, staff):
+    campaign = make_campaign()
+    page = anonymous.get(campaign.get_absolute_url()).content.decode()
+    assert 'data-action="launch"' not in page and "Worker tokens" not in page
+    page = staff.get(campaign.get_absolute_url()).content.decode()
+    assert 'data-action="launch"' in page and "Worker tokens" in page
+
+
+WRITE_URLS = [
+    ("campaign-new", False),
+    ("campaign-launch", True),
+    ("campaign-pause", True),
+    ("campaign-resume", True),
+    ("campaign-stop", True),
+    ("campaign-tokens", True),
+]
+
+
+@pytest.mark.parametrize(("name", "needs_pk"), WRITE_URLS)
+def test_anonymous_and_non_staff_users_cannot_write(anonymous, member, name, needs_pk):
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    url = reverse(name, args=[campaign.pk] if needs_pk else [])
+    data = form_data() if name == "campaign-new" else {"label": "x"}
+    response = anonymous.post(url, data)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    assert member.post(url, data).status_code == 403
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.RUNNING
+    assert Campaign.objects.count() == 1
+    assert not WorkerToken.objects.exists()
+    assert not ControlRun.objects.exists()
+
+
+def test_revoking_a_token_needs_staff(anonymous, member):
+    campaign = make_campaign()
+    token, _ = create_token(campaign, "volunteer")
+    url = reverse("token-revoke", args=[campaign.pk, token.pk])
+    assert anonymous.post(url).status_code == 302
+    assert member.post(url).status_code == 403
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_every_write_needs_a_csrf_token(db):
+    user = User.objects.create_user("csrf", password="pw", is_staff=True)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    campaign = make_campaign()
+    for url, data in [
+        (reverse("campaign-new"), form_data()),
+        (reverse("campaign-launch", args=[campaign.pk]), {}),
+        (reverse("campaign-tokens", args=[campaign.pk]), {"label": "x"}),
+    ]:
+        assert client.post(url, data).status_code == 403
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.PENDING and not campaign.tokens.exists()
+    # The pages carry the token in every form.
+    for url in (
+        reverse("campaign-new"),
+        campaign.get_absolute_url(),
+        reverse("campaign-tokens", args=[campaign.pk]),
+    ):
+        assert "csrfmiddlewaretoken" in client.get(url).content.decode()
+
+
+def test_actions_are_post_only(staff):
+    campaign = make_campaign()
+    for action in ("launch", "pause", "resume", "stop"):
+        assert staff.get(reverse(f"campaign-{action}", args=[campaign.pk])).status_code == 405
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.PENDING
+
+
+# --- tokens --------------------------------------------------------------------------------------
+
+
+def test_tokens_are_shown_once_stored_hashed_and_revocable(staff):
+    campaign = make_campaign()
+    response = staff.post(reverse("campaign-tokens", args=[campaign.pk]), {"label": "alice's laptop"})
+    page = response.content.decode()
+    token = WorkerToken.objects.get()
+    secret = page.split('<pre id="token-secret">')[1].split("</pre>")[0]
+    assert token.token_hash == digest(secret) and secret not in token.token_hash
+    assert response["Cache-Control"] == "no-store"
+    later = staff.get(reverse("campaign-tokens", args=[campaign.pk])).content.decode()
+    assert secret not in later and token.prefix in later and "alice&#x27;s laptop" in later
+    staff.post(reverse("token-revoke", args=[campaign.pk, token.pk]))
+    token.refresh_from_db()
+    assert token.revoked
+    assert "revoked" in staff.get(reverse("campaign-tokens", args=[campaign.pk])).content.decode()
