@@ -185,7 +185,7 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
         def wait(self):
             return 0
 
-    monkeypatch.setattr("swarm_app.campaigns.lifecycle.subprocess.Popen", FakePopen)
+    monkeypatch.setattr("swarm_app.campaigns.local_workers.subprocess.Popen", FakePopen)
     monkeypatch.delenv("SWARM_MODEL_CACHE", raising=False)
     response = staff.post(reverse("campaign-new"), form_data(local_workers="2", launch_now="on"))
     assert response.status_code == 302
