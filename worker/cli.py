@@ -111,8 +111,9 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from worker.client.errors import ClientError, FatalError
     from worker.client.identity import IdentityError
-    from worker.client.session import ClientError, FatalError, run_worker
+    from worker.client.volunteer import run_worker
 
     token = args.token or os.environ.get("SWARM_TOKEN", "")
     url = args.url or os.environ.get("SWARM_URL", "")

@@ -4,7 +4,7 @@ Three implementations drive the same loop (worker/engine/agent.py):
 
 * :class:`LocalTransport` with a shared :class:`RolloutPool`: the in-process simulator.
 * :class:`LocalTransport` without a pool: an isolated agent (J = 0 controls).
-* the websocket transport of the volunteer client (worker/client/session.py), against the coordinator.
+* the websocket transport of the volunteer client (worker/client/transport.py), against the coordinator.
 """
 
 from __future__ import annotations

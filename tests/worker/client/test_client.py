@@ -32,6 +32,9 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from worker.client.address import normalise_url
+from worker.client.connection import Backoff
+from worker.client.errors import CampaignFinished, FatalError, LeaseLost, SubmissionRejected
 from worker.client.identity import (
     IdentityError,
     checkpoint_path,
@@ -41,18 +44,8 @@ from worker.client.identity import (
     save_stats,
     valid_node_id,
 )
-from worker.client.session import (
-    Backoff,
-    CampaignFinished,
-    FatalError,
-    LeaseLost,
-    SubmissionRejected,
-    WebsocketTransport,
-    checkpoint_interval,
-    clean_metrics,
-    normalise_url,
-    run_worker,
-)
+from worker.client.transport import WebsocketTransport, clean_metrics
+from worker.client.volunteer import checkpoint_interval, run_worker
 from worker.engine.transport import Lease
 from worker.shared import protocol
 from worker.shared.campaign import CampaignConfig
@@ -549,7 +542,7 @@ def test_unreachable_coordinator_is_retried_with_backoff_until_it_starts() -> No
 def test_malformed_messages_from_the_coordinator_are_logged_and_ignored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="worker.client.session")
+    caplog.set_level(logging.WARNING, logger="worker.client.connection")
     with FakeCoordinator(garbage=True) as fake, transport_for(fake) as transport:
         transport.start(timeout=10)
         lease = transport.lease("node-a", 0, 2)

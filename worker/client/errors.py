@@ -1,0 +1,87 @@
+"""The volunteer client's errors, and what each of the coordinator's error codes means to it.
+
+**Only fatal errors stop the worker**: a bad or revoked token, a banned node, no common
+protocol version (the coordinator closes the socket after those), a hello the coordinator can
+never accept (no tier fits this machine), and submissions it rejected as false (stopping
+before a ban). Everything else is retried or, for optional requests (external samples,
+metrics), logged and skipped. The code sets below are that policy; the websocket session
+(worker/client/connection.py) and the transport (worker/client/transport.py) apply it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.shared.protocol import ErrorCode, Message
+
+FATAL_CODES = frozenset(
+    {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
+)
+# Errors worth another try on the same request: the coordinator stored nothing.
+TRANSIENT_CODES = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.INTERNAL, ErrorCode.NOT_AUTHENTICATED})
+# Errors on a submit that mean "this lease can no longer be submitted": do the round again.
+LEASE_LOST_CODES = frozenset({ErrorCode.LEASE_EXPIRED, ErrorCode.UNKNOWN_LEASE, ErrorCode.LEASE_NOT_YOURS})
+# The coordinator found our submission false or malformed: stop before it bans the node.
+REJECTED_CODES = frozenset(
+    {
+        ErrorCode.REWARD_MISMATCH,
+        ErrorCode.GROUND_TRUTH_MISMATCH,
+        ErrorCode.LEASE_MISMATCH,
+        ErrorCode.INVALID_MESSAGE,
+        ErrorCode.MESSAGE_TOO_LARGE,
+    }
+)
+# Websocket close codes the coordinator uses for a refusal, and the error each one means.
+CLOSE_CODES_FATAL = {4001: ErrorCode.INVALID_TOKEN, 4003: ErrorCode.BANNED}
+
+
+class ClientError(RuntimeError):
+    """Base of the client's errors."""
+
+
+class FatalError(ClientError):
+    """The coordinator will not accept this worker as it is; retrying cannot help.
+
+    ``code`` is the protocol's error code (or a client-side one such as ``invalid_url``).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = str(code)
+        self.message = message
+
+
+class SubmissionRejected(FatalError):
+    """The coordinator judged a submission false or malformed; continuing would risk a ban."""
+
+
+class CampaignFinished(ClientError):
+    """The campaign (or this node's share of it) is over: stop cleanly."""
+
+
+class LeaseLost(ClientError):
+    """This round's lease can no longer be submitted (expired, released, unknown): redo the round."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = str(code)
+
+
+class RequestError(ClientError):
+    """The coordinator answered a request with an error that retrying will not fix."""
+
+    def __init__(self, code: str, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = str(code)
+        self.message = message
+        self.data = data
+
+
+class TransportClosed(ClientError):
+    """The transport was closed (or never started)."""
+
+
+def error_parts(message: Message) -> tuple[str, str, dict[str, Any] | None]:
+    """(code, message, data) of an ``error`` message."""
+    fields = message.fields
+    return str(fields["code"]), str(fields["message"]), fields.get("data")

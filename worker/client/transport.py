@@ -1,0 +1,224 @@
+"""The engine's Transport over the coordinator's websocket: the round's requests.
+
+:class:`WebsocketTransport` is what the engine's round loop (worker/engine/agent.py) leases,
+submits, samples and reports through; the session under it (worker/client/connection.py)
+sends each request again after a dropped connection or a missing reply. That is safe for every
+request the worker sends: a lease request for the same round returns the same active lease; a
+submit carries a ``submission_id`` chosen once per lease and reused on every retry, so a replay
+of an accepted submission is answered ``duplicate_submission`` with the original ack, which
+counts as success; metrics and releases are idempotent.
+
+A lease request waits while the campaign is paused or pending, and ends the run
+(:class:`~worker.client.errors.CampaignFinished`) once the campaign is over or the round is past
+its rounds. External samples and metrics are optional for a round: an error is logged and the
+round goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import uuid
+from typing import Any
+
+from worker.client.connection import RUNNING, Connection
+from worker.client.errors import (
+    LEASE_LOST_CODES,
+    REJECTED_CODES,
+    CampaignFinished,
+    LeaseLost,
+    RequestError,
+    SubmissionRejected,
+)
+from worker.engine.transport import Lease
+from worker.shared import protocol
+from worker.shared.protocol import ErrorCode, Message, ProtocolError
+from worker.shared.questions import Question, QuestionRef
+from worker.shared.rollout import Rollout
+
+log = logging.getLogger(__name__)
+
+
+def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """Finite numbers only (JSON has no NaN), string keys, small enough for the protocol."""
+    cleaned: dict[str, float] = {}
+    size = 2  # "{}"
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            continue
+        name, number = str(key)[:100], float(value)
+        entry = len(json.dumps({name: number})) - 2 + 2  # "k": v plus ", "
+        if size + entry > 8000:  # the protocol's limit on the metrics object; the rest is dropped
+            break
+        cleaned[name] = number
+        size += entry
+    return cleaned
+
+
+def _question(item: dict[str, Any]) -> Question:
+    ref = item["ref"]
+    if not isinstance(ref, dict):
+        raise TypeError("ref: expected an object")
+    question, answer, metadata = item["question"], item["answer"], item["metadata"]
+    if not isinstance(question, str) or not isinstance(answer, str) or not isinstance(metadata, dict):
+        raise TypeError("question and answer must be strings, metadata an object")
+    return Question(QuestionRef.from_json(ref), question, answer, metadata)
+
+
+class WebsocketTransport(Connection):
+    """The engine's :class:`~worker.engine.transport.Transport` over the coordinator's websocket.
+
+    :meth:`start`, :meth:`close` and the campaign's state are the :class:`Connection`'s; this
+    class adds the round's requests and the lease being worked on.
+    """
+
+    def __init__(self, url: str, hello: dict[str, Any], **options: Any) -> None:
+        """``options``: the :class:`Connection`'s (timeouts, backoff, retries, ping interval)."""
+        super().__init__(url, hello, **options)
+        self.active_lease: Lease | None = None  # leased and not yet submitted
+        self._submission_ids: dict[str, str] = {}  # lease_id -> submission_id, reused on retries
+
+    # --- the Transport protocol (main thread) --------------------------------------------------
+
+    def lease(self, agent_id: str, round: int, count: int) -> Lease:
+        """This node's questions for ``round``; waits while the campaign is paused.
+
+        Raises :class:`CampaignFinished` when the campaign ended or ``round`` is past its rounds.
+        """
+        message = self._call(self._lease(round))
+        fields = message.fields
+        if fields["round"] != round:
+            raise RequestError(
+                ErrorCode.INVALID_MESSAGE, f"asked for round {round}, got a lease for {fields['round']}"
+            )
+        try:
+            questions = [_question(item) for item in fields["questions"]]
+        except (KeyError, TypeError, ValueError) as error:
+            raise RequestError(ErrorCode.INVALID_MESSAGE, f"lease {fields['lease_id']}: {error}") from None
+        if len(questions) != count:
+            log.info(
+                "round %d: the coordinator leased %d questions (asked for %d)", round, len(questions), count
+            )
+        lease = Lease(fields["lease_id"], round, questions)
+        self.active_lease = lease
+        return lease
+
+    def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
+        """Share the round's rollouts; returns copies carrying the coordinator's verified rewards.
+
+        Raises :class:`LeaseLost` (redo the round with a new lease) or
+        :class:`SubmissionRejected` (the coordinator judged them false: stop).
+        """
+        submission_id = self._submission_ids.setdefault(lease.lease_id, uuid.uuid4().hex)
+        fields = {"submission_id": submission_id, "lease_id": lease.lease_id, "rollouts": rollouts}
+        try:
+            ack = self._call(self._request("submit", fields)).fields
+        except RequestError as error:
+            ack = self._submit_error(lease, error)
+        verified = self._apply_ack(lease, rollouts, ack)
+        self._forget(lease)
+        return verified
+
+    def sample_external(self, agent_id: str, round: int, count: int, strategy: str) -> list[Rollout]:
+        """Up to ``count`` verified rollouts of other nodes; the coordinator applies the campaign's
+        strategy. Optional for the round: an error is logged and answered with none."""
+        count = max(0, min(count, protocol.MAX_ROLLOUTS_PER_MESSAGE))
+        if count == 0:
+            return []
+        try:
+            message = self._call(self._request("sample_request", {"round": round, "count": count}))
+        except (RequestError, CampaignFinished) as error:
+            log.warning("round %d: no external rollouts (%s)", round, error)
+            return []
+        return [r for r in message.fields["rollouts"] if r.agent_id != agent_id]
+
+    def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
+        """Send the round's metrics (they also advance the coordinator's resume round)."""
+        speed = metrics.get("tokens_per_second")
+        if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
+            self.update_hello(generation_tokens_per_second=float(speed))
+        try:
+            self._call(self._request("metrics", {"round": round, "metrics": clean_metrics(metrics)}))
+        except (RequestError, CampaignFinished) as error:
+            log.warning("round %d: metrics not recorded (%s)", round, error)
+
+    def release_active(self, timeout: float = 5.0) -> bool:
+        """Give the active lease back (the worker is stopping); one quick try, never raises."""
+        lease = self.active_lease
+        if lease is None or self._loop is None:
+            return False
+        try:
+            self._call(self._try_once("release", {"lease_id": lease.lease_id}, timeout), timeout=timeout + 1)
+        except Exception as error:  # the coordinator reissues it at its deadline anyway
+            log.info("could not release lease %s (%s); it expires at its deadline", lease.lease_id, error)
+            return False
+        self._forget(lease)
+        return True
+
+    def _campaign_rounds(self) -> int | None:
+        config = (self.welcome or {}).get("campaign", {}).get("config", {})
+        rounds = config.get("rounds") if isinstance(config, dict) else None
+        return rounds if isinstance(rounds, int) else None
+
+    async def _lease(self, round: int) -> Message:
+        while True:
+            await self._wait_running()
+            try:
+                return await self._request("lease_request", {"round": round})
+            except RequestError as error:
+                if error.code != ErrorCode.CAMPAIGN_NOT_RUNNING:
+                    raise
+                rounds = self._campaign_rounds()
+                if rounds is not None and round >= rounds:
+                    raise CampaignFinished(error.message) from None
+                # Paused or stopped since the last news: ask, then wait it out (or finish).
+                if await self._refresh_state() == RUNNING:
+                    await self._sleep(self.heartbeat_seconds)
+
+    # --- submit helpers ------------------------------------------------------------------------
+
+    def _submit_error(self, lease: Lease, error: RequestError) -> dict[str, Any]:
+        """The ack a failed submit still yields (a replay), or the exception it means."""
+        if error.code == ErrorCode.DUPLICATE_SUBMISSION and error.data:
+            try:
+                ack = protocol.parse(json.dumps({"type": "submit_ack", **error.data}), "coordinator")
+            except ProtocolError as bad:
+                log.warning("duplicate_submission with an unreadable ack: %s", bad)
+            else:
+                log.info("lease %s: submission was already stored (a retried submit)", lease.lease_id)
+                return ack.fields
+        if error.code in LEASE_LOST_CODES or error.code == ErrorCode.DUPLICATE_SUBMISSION:
+            self._forget(lease)
+            raise LeaseLost(error.code, f"lease {lease.lease_id}: {error.message}") from None
+        if error.code in REJECTED_CODES:
+            raise SubmissionRejected(
+                error.code,
+                f"the coordinator rejected this worker's rollouts: {error.message}. Stopping before "
+                "the node is banned; check that worker and coordinator run the same versions",
+            ) from None
+        raise error
+
+    def _apply_ack(self, lease: Lease, rollouts: list[Rollout], ack: dict[str, Any]) -> list[Rollout]:
+        ours = [r.rollout_id for r in rollouts]
+        verified = ack["verified_rewards"]
+        if ack["lease_id"] != lease.lease_id or ack["rollout_ids"] != ours or len(verified) != len(rollouts):
+            # An ack for other rollouts (e.g. an earlier process's): its rewards are not for these.
+            self._forget(lease)
+            raise LeaseLost(
+                ErrorCode.DUPLICATE_SUBMISSION, f"lease {lease.lease_id} was submitted by another attempt"
+            )
+        result = []
+        for rollout, rewards in zip(rollouts, verified, strict=True):
+            if len(rewards) != rollout.group_size:
+                raise RequestError(
+                    ErrorCode.INVALID_MESSAGE, "verified rewards do not match the rollouts' groups"
+                )
+            result.append(dataclasses.replace(rollout, rewards=[float(r) for r in rewards]))
+        return result
+
+    def _forget(self, lease: Lease) -> None:
+        self._submission_ids.pop(lease.lease_id, None)
+        if self.active_lease is not None and self.active_lease.lease_id == lease.lease_id:
+            self.active_lease = None
