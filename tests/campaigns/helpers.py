@@ -6,10 +6,12 @@ from swarm_app.campaigns.models import Campaign
 from worker.shared.campaign import CampaignConfig, ControlsConfig
 
 
-def make_campaign(state: str = Campaign.State.PENDING, public: bool = True, **config) -> Campaign:
+def make_campaign(
+    state: str = Campaign.State.PENDING, public: bool = True, name: str = "web test", **config
+) -> Campaign:
     defaults = {"tiers": ["tiny-1m"], "rounds": 3, "controls": ControlsConfig(True, True, 2)}
     cfg = CampaignConfig(**{**defaults, **config}).validate()
-    return Campaign.objects.create(name="web test", state=state, public=public, config=cfg.to_json())
+    return Campaign.objects.create(name=name, state=state, public=public, config=cfg.to_json())
 
 
 def form_data(**overrides) -> dict:
