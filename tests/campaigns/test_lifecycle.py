@@ -101,7 +101,9 @@ def test_a_failed_campaign_shows_its_reason(anonymous):
     assert 'id="failure" class="failure" hidden' not in page
 
 
-def test_a_campaign_completes_when_every_live_node_and_control_is_done(db):
+def test_a_campaign_completes_when_every_live_node_and_control_is_done(
+    db, django_capture_on_commit_callbacks, monkeypatch
+):
     campaign = make_campaign(controls=ControlsConfig(True, False, 1), rounds=3)
     lifecycle.launch(campaign, enqueue=False)
     token, _ = create_token(campaign)
@@ -115,10 +117,16 @@ def test_a_campaign_completes_when_every_live_node_and_control_is_done(db):
     WorkerNode.objects.filter(pk=straggler.pk).update(
         state=WorkerNode.State.OFFLINE
     )  # gone: no longer waited for
-    assert lifecycle.complete_finished() == [campaign.pk]
+    sent = []
+    monkeypatch.setattr(lifecycle.celery_app, "send_task", lambda name, args: sent.append((name, args)))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lifecycle.complete_finished() == [campaign.pk]
     campaign.refresh_from_db()
     assert campaign.state == Campaign.State.COMPLETED and campaign.finished_at is not None
-    assert node.round == 3
+    # Once it has ended, its dashboard rollups are rebuilt from every row (exact final figures).
+    assert sent == [("campaigns.rebuild_rollups", [campaign.pk])]
+    node.refresh_from_db()  # completing the campaign leaves its nodes as they were
+    assert (node.round, node.state) == (3, WorkerNode.State.HEALTHY)
 
 
 def test_a_campaign_completes_after_its_finished_workers_have_left(db):
