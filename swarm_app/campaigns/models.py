@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 from django.conf import settings
@@ -20,7 +19,7 @@ def settings_from_text(config: str) -> CampaignConfig:
     and need the parsed config on every request; keyed by the text itself, an edited config is
     a new key, never a stale entry. Callers must not modify the result.
     """
-    return CampaignConfig.from_json(json.loads(config))
+    return CampaignConfig.from_json(config)
 
 
 class Campaign(models.Model):

@@ -208,8 +208,13 @@ def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):
         expect_error(await s.request("lease_request", round=0, extra=1), "invalid_message", "unknown fields")
         expect_error(await s.request("teleport"), "unknown_type", "teleport")
         expect_error(
-            await s.request("metrics", round=0, metrics={"loss": "high"}), "invalid_message", "finite number"
+            await s.request("metrics", round=0, metrics={"loss": "high"}), "invalid_message", "expected `float`"
         )
+        # Bounded parsing: deep nesting and integers of thousands of digits are refused, not crashed on.
+        deep = '{"type": "metrics", "round": 0, "metrics": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"
+        expect_error(await s.send_raw(deep), "invalid_message", "field 'metrics[...]'")
+        digits = '{"type": "lease_request", "round": ' + "9" * 5000 + "}"
+        expect_error(await s.send_raw(digits), "invalid_message", "out of range")
         huge = encode("heartbeat")[:-1] + ', "pad": "' + "x" * (MAX_MESSAGE_BYTES + 10) + '"}'
         expect_error(await s.send_raw(huge), "message_too_large", "exceeds")
         # the connection survives every one of them

@@ -1,15 +1,22 @@
 """A campaign's configuration: what every node of a swarm trains, and how.
 
 The coordinator stores it (validated) with the campaign and sends it to each worker in the
-welcome message; the worker builds its :class:`~worker.engine.agent.AgentConfig` from it. It lives
-here, without Django, because both sides need it.
+welcome message; the worker builds its :class:`~worker.shared.config.AgentConfig` from it. It
+lives here, without Django, because both sides need it.
+
+Validation has two steps: the declaration (a msgspec Struct: types and unknown settings, checked
+by :meth:`CampaignConfig.from_json` while decoding) and :meth:`CampaignConfig.validate` (ranges and
+the rules between settings). Both raise :class:`ConfigError` naming the setting.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import fields
 from typing import Any
 
+import msgspec
+
+from worker.shared import validation
 from worker.shared.config import AgentConfig, GRPOConfig
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
@@ -26,18 +33,16 @@ class ConfigError(ValueError):
         self.message = message
 
 
-@dataclass
-class ControlsConfig:
+class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
     isolated: bool = True  # J = 0, uniform
     filtered: bool = True  # J = 0, zero-advantage groups dropped (the paper's missing control)
     seeds: int = 1  # control runs per tier and arm
 
 
-@dataclass
-class CampaignConfig:
-    tasks: list[dict[str, Any]] = field(default_factory=lambda: PRESETS["cpu"].to_json())
+class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    tasks: list[dict[str, Any]] = msgspec.field(default_factory=lambda: PRESETS["cpu"].to_json())
     system_prompt: str = "default"
-    tiers: list[str] = field(default_factory=lambda: ["tiny-1m"])
+    tiers: list[str] = msgspec.field(default_factory=lambda: ["tiny-1m"])
     group_size: int = 8  # G
     questions_per_round: int = 8  # B
     num_local: int = 4  # I
@@ -48,16 +53,16 @@ class CampaignConfig:
     seed: int = 0  # the question stream and the controls' seeds derive from it
     max_new_tokens: int = 24
     format_weight: float = 0.0
-    grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields; tier defaults fill lr
-    controls: ControlsConfig = field(default_factory=ControlsConfig)
+    grpo: dict[str, Any] = msgspec.field(default_factory=dict)  # GRPOConfig fields; tier defaults fill lr
+    controls: ControlsConfig = msgspec.field(default_factory=ControlsConfig)
     pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
     pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
     lease_seconds: float = 120.0
     ban_threshold: int = 3  # rejected submissions before a node is banned
 
     def __post_init__(self) -> None:
-        if isinstance(self.controls, dict):
-            self.controls = ControlsConfig(**self.controls)
+        if isinstance(self.controls, dict):  # built in Python from a settings dict
+            self.controls = msgspec.convert(self.controls, ControlsConfig)
 
     @property
     def mix(self) -> TaskMix:
@@ -148,18 +153,27 @@ class CampaignConfig:
         return self
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return msgspec.to_builtins(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CampaignConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(sorted(unknown)[0], "unknown campaign setting")
+    def from_json(cls, data: Any) -> CampaignConfig:
+        """Decode settings (a dict, or JSON text/bytes) against the declaration."""
         try:
-            return cls(**data)
-        except TypeError as error:
-            raise ConfigError("config", str(error)) from None
+            if isinstance(data, str | bytes):
+                return msgspec.json.decode(data, type=cls)
+            return msgspec.convert(data, cls, strict=True)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise _config_error(error) from None
+
+
+def _config_error(error: msgspec.ValidationError | msgspec.DecodeError) -> ConfigError:
+    if not isinstance(error, msgspec.ValidationError):  # ValidationError is a DecodeError too
+        return ConfigError("config", f"not valid JSON: {error}")
+    path, what = validation.describe(error)
+    if what.startswith("unknown fields ["):
+        return ConfigError(what.removeprefix("unknown fields [").strip("']"), "unknown campaign setting")
+    setting = path.split(".", 1)[0].split("[", 1)[0]
+    return ConfigError(setting or "config", f"{path}: {what}" if path else what)
 
 
 def cpu_demo_config(**overrides: Any) -> CampaignConfig:

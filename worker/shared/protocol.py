@@ -1,13 +1,15 @@
 """The worker <-> coordinator websocket protocol: every message, its schema, and validation.
 
 Both sides import this module: the coordinator validates what workers send, the client
-validates what the coordinator sends. A message is one JSON object per websocket text frame:
+validates what the coordinator sends. Each message is declared once, as a msgspec Struct
+below: the declaration is the validation (types, sizes, ranges and unknown fields are checked
+while the frame is decoded, in C), and docs/protocol.md's reference is its JSON Schema
+(``python -m worker.shared.protocol``). A message is one JSON object per websocket text frame:
 
     {"type": "<message type>", "id": "<request id, optional>", ...fields}
 
 Replies carry ``"reply_to": <the request's id>``. Errors are ``{"type": "error", "code": ...,
-"message": ..., "reply_to": ...}`` with a code from :class:`ErrorCode`. docs/protocol.md is
-generated from the schemas below (``python -m worker.shared.protocol``), so the two cannot drift.
+"message": ..., "reply_to": ...}`` with a code from :class:`ErrorCode`.
 
 Version negotiation: the worker's hello lists the protocol versions it speaks; the coordinator
 answers with the highest one both support, or an ``unsupported_version`` error.
@@ -16,40 +18,72 @@ answers with the highest one both support, or an ``unsupported_version`` error.
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Union
 
-from worker.shared.rollout import Rollout, RolloutError
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from worker.shared import validation
+from worker.shared.questions import QuestionRef
+from worker.shared.rollout import Rollout
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # a submission of 64 groups x 8 long completions fits
 MAX_ROLLOUTS_PER_MESSAGE = 64
+MAX_METRIC_KEYS = 100
+MAX_METRIC_KEY_CHARS = 64
+MAX_ROUND = 10**9
 
 
 class ErrorCode(StrEnum):
-    MALFORMED_JSON = "malformed_json"  # the frame is not a JSON object
-    INVALID_MESSAGE = "invalid_message"  # a field is missing, of the wrong type or out of range
-    UNKNOWN_TYPE = "unknown_type"  # no such message type
-    MESSAGE_TOO_LARGE = "message_too_large"  # over MAX_MESSAGE_BYTES
-    RATE_LIMITED = "rate_limited"  # too many messages; slow down
-    NOT_AUTHENTICATED = "not_authenticated"  # a request before a successful hello
-    INVALID_TOKEN = "invalid_token"  # unknown token
-    TOKEN_REVOKED = "token_revoked"  # the organizer revoked this token
-    UNSUPPORTED_VERSION = "unsupported_version"  # no protocol version in common
-    NO_TIER_FITS = "no_tier_fits"  # this hardware cannot run any of the campaign's tiers
-    CAMPAIGN_NOT_RUNNING = "campaign_not_running"  # pending, paused or finished: no leases
-    BANNED = "banned"  # this node sent too many false rewards
+    MALFORMED_JSON = "malformed_json"
+    INVALID_MESSAGE = "invalid_message"
+    UNKNOWN_TYPE = "unknown_type"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    RATE_LIMITED = "rate_limited"
+    NOT_AUTHENTICATED = "not_authenticated"
+    INVALID_TOKEN = "invalid_token"
+    TOKEN_REVOKED = "token_revoked"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    NO_TIER_FITS = "no_tier_fits"
+    CAMPAIGN_NOT_RUNNING = "campaign_not_running"
+    BANNED = "banned"
     UNKNOWN_LEASE = "unknown_lease"
-    LEASE_NOT_YOURS = "lease_not_yours"  # the lease was issued to another node
-    LEASE_EXPIRED = "lease_expired"  # submitted after the deadline; the questions went to others
-    LEASE_MISMATCH = "lease_mismatch"  # rollouts do not answer the leased questions exactly
-    DUPLICATE_SUBMISSION = "duplicate_submission"  # this submission id was already accepted
-    REWARD_MISMATCH = "reward_mismatch"  # a claimed reward differs from the verified one
-    GROUND_TRUTH_MISMATCH = "ground_truth_mismatch"  # question or answer differs from the record
+    LEASE_NOT_YOURS = "lease_not_yours"
+    LEASE_EXPIRED = "lease_expired"
+    LEASE_MISMATCH = "lease_mismatch"
+    DUPLICATE_SUBMISSION = "duplicate_submission"
+    REWARD_MISMATCH = "reward_mismatch"
+    GROUND_TRUTH_MISMATCH = "ground_truth_mismatch"
     INTERNAL = "internal_error"
+
+
+# What each code means (docs/protocol.md's table is generated from it).
+ERROR_MEANINGS: dict[ErrorCode, str] = {
+    ErrorCode.MALFORMED_JSON: "the frame is not a JSON object",
+    ErrorCode.INVALID_MESSAGE: "a field is missing, of the wrong type or out of range",
+    ErrorCode.UNKNOWN_TYPE: "no such message type",
+    ErrorCode.MESSAGE_TOO_LARGE: "over MAX_MESSAGE_BYTES",
+    ErrorCode.RATE_LIMITED: "too many messages; slow down",
+    ErrorCode.NOT_AUTHENTICATED: "a request before a successful hello",
+    ErrorCode.INVALID_TOKEN: "unknown token",
+    ErrorCode.TOKEN_REVOKED: "the organizer revoked this token",
+    ErrorCode.UNSUPPORTED_VERSION: "no protocol version in common",
+    ErrorCode.NO_TIER_FITS: "this hardware cannot run any of the campaign's tiers",
+    ErrorCode.CAMPAIGN_NOT_RUNNING: "pending, paused or finished: no leases",
+    ErrorCode.BANNED: "this node sent too many false rewards",
+    ErrorCode.UNKNOWN_LEASE: "no such lease",
+    ErrorCode.LEASE_NOT_YOURS: "the lease was issued to another node",
+    ErrorCode.LEASE_EXPIRED: "submitted after the deadline; the questions went to others",
+    ErrorCode.LEASE_MISMATCH: "rollouts do not answer the leased questions exactly",
+    ErrorCode.DUPLICATE_SUBMISSION: "this submission id was already accepted",
+    ErrorCode.REWARD_MISMATCH: "a claimed reward differs from the verified one",
+    ErrorCode.GROUND_TRUTH_MISMATCH: "question or answer differs from the record",
+    ErrorCode.INTERNAL: "the coordinator failed on this request (a bug: it is logged)",
+}
 
 
 class ProtocolError(ValueError):
@@ -63,363 +97,293 @@ class ProtocolError(ValueError):
         self.request_id: str | None = None  # the offending message's id, when it had a valid one
 
 
-# --- a small schema language, also rendered as JSON Schema for the docs ----------------------
+# --- the messages --------------------------------------------------------------------------------
+# Field types with their bounds; `Meta(description=...)` becomes the docs' field description.
+
+RequestId = Annotated[str, Meta(max_length=64)]
+Round = Annotated[int, Meta(ge=0, le=MAX_ROUND)]
+Count = Annotated[
+    int, Meta(ge=0, le=MAX_ROLLOUTS_PER_MESSAGE)
+]
+ShortText = Annotated[str, Meta(max_length=200)]
+Object = dict[str, Any]
+# A hello's hardware: flat facts (worker/shared/hardware.py), never nested.
+HardwareValue = ShortText | int | float | bool | None | Annotated[list[ShortText], Meta(max_length=16)]
+Hardware = Annotated[
+    dict[Annotated[str, Meta(max_length=64)], HardwareValue],
+    Meta(max_length=32, description="device, vram_bytes, ram_bytes, cpu_count, ... (flat)"),
+]
+Metrics = Annotated[
+    dict[Annotated[str, Meta(max_length=MAX_METRIC_KEY_CHARS)], float],
+    Meta(max_length=MAX_METRIC_KEYS, description="metric name (TRL's) -> finite number"),
+]
+Rollouts = Annotated[list[Rollout], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
 
 
-@dataclass(frozen=True)
-class Field:
-    kind: str  # str, int, number, bool, object, list, rollouts, str_list, int_list
-    required: bool = True
-    max_length: int | None = None  # characters (str), items (list), serialised chars (object)
-    minimum: float | None = None
-    maximum: float | None = None
-    doc: str = ""
+class _Message(Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Every message: ``type`` (its tag), an optional request ``id``, and ``reply_to`` on replies."""
 
-    def json_schema(self) -> dict[str, Any]:
-        kinds = {
-            "str": {"type": "string"},
-            "int": {"type": "integer"},
-            "number": {"type": "number"},
-            "bool": {"type": "boolean"},
-            "object": {"type": "object"},
-            "list": {"type": "array"},
-            "str_list": {"type": "array", "items": {"type": "string"}},
-            "int_list": {"type": "array", "items": {"type": "integer"}},
-            "number_lists": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-            "rollouts": {"type": "array", "items": {"$ref": "#/definitions/rollout"}},
-        }
-        schema = dict(kinds[self.kind])
-        if self.max_length is not None:
-            key = {"str": "maxLength", "object": "maxProperties"}.get(self.kind, "maxItems")
-            if self.kind == "object":
-                key = "x-maxSerialisedChars"  # a bound on size, not on the number of keys
-            schema[key] = self.max_length
-        if self.minimum is not None:
-            schema["minimum"] = self.minimum
-        if self.maximum is not None:
-            schema["maximum"] = self.maximum
-        if self.doc:
-            schema["description"] = self.doc
-        return schema
+    id: RequestId | UnsetType = UNSET
+    reply_to: RequestId | UnsetType = UNSET
 
 
-@dataclass(frozen=True)
-class MessageSpec:
-    type: str
-    direction: str  # "worker" (worker -> coordinator) or "coordinator"
-    doc: str
-    fields: dict[str, Field] = field(default_factory=dict)
-    reply: str = ""  # the message type that answers it
-
-    def json_schema(self) -> dict[str, Any]:
-        properties = {
-            "type": {"const": self.type},
-            "id": {"type": "string", "maxLength": 64},
-            "reply_to": {"type": "string", "maxLength": 64},
-        }
-        properties.update({name: f.json_schema() for name, f in self.fields.items()})
-        return {
-            "type": "object",
-            "properties": properties,
-            "required": ["type", *[name for name, f in self.fields.items() if f.required]],
-            "additionalProperties": False,
-        }
+# Worker -> coordinator.
 
 
-ID = Field("str", max_length=64)
-S = Field
+class Hello(_Message, tag="hello"):
+    """First message on every connection: who the worker is and what it can run."""
+
+    protocol_versions: Annotated[list[int], Meta(max_length=16, description="versions this worker speaks")]
+    token: Annotated[str, Meta(max_length=200, description="the worker token an organizer issued")]
+    node_id: Annotated[str, Meta(max_length=64, description="stable id kept in the worker's data directory")]
+    client_version: Annotated[str, Meta(max_length=32)]
+    hardware: Hardware
+    backends: Annotated[list[ShortText], Meta(max_length=8, description="generation backends available")]
+    generation_tokens_per_second: Annotated[float, Meta(ge=0, description="measured at startup")]
+    preferred_tier: Annotated[str, Meta(max_length=64, description="honoured if it fits")] | UnsetType = UNSET
 
 
-def _messages(*specs: MessageSpec) -> dict[str, MessageSpec]:
-    return {spec.type: spec for spec in specs}
+class LeaseRequest(_Message, tag="lease_request"):
+    """Ask for this round's questions."""
+
+    round: Round
 
 
-WORKER_MESSAGES = _messages(
-    MessageSpec(
-        "hello",
-        "worker",
-        "First message on every connection: who the worker is and what it can run.",
-        {
-            "protocol_versions": S("int_list", max_length=16, doc="versions this worker speaks"),
-            "token": S("str", max_length=200, doc="the worker token an organizer issued"),
-            "node_id": S("str", max_length=64, doc="stable id kept in the worker's data directory"),
-            "client_version": S("str", max_length=32),
-            "hardware": S("object", max_length=4000, doc="device, vram_bytes, ram_bytes, cpu_count, ..."),
-            "backends": S("str_list", max_length=8, doc="generation backends available"),
-            "generation_tokens_per_second": S("number", minimum=0, doc="measured at startup"),
-            "preferred_tier": S("str", required=False, max_length=64, doc="honoured if it fits"),
-        },
-        reply="welcome",
-    ),
-    MessageSpec(
-        "lease_request",
-        "worker",
-        "Ask for this round's questions.",
-        {"round": S("int", minimum=0, maximum=10**9)},
-        reply="lease",
-    ),
-    MessageSpec(
-        "submit",
-        "worker",
-        "Rollouts answering every question of a lease. Idempotent by submission_id.",
-        {
-            "submission_id": ID,
-            "lease_id": ID,
-            "rollouts": S("rollouts", max_length=MAX_ROLLOUTS_PER_MESSAGE),
-        },
-        reply="submit_ack",
-    ),
-    MessageSpec(
-        "sample_request",
-        "worker",
-        "Ask for up to `count` verified rollouts of other workers (the campaign's strategy).",
-        {
-            "round": S("int", minimum=0, maximum=10**9),
-            "count": S("int", minimum=0, maximum=MAX_ROLLOUTS_PER_MESSAGE),
-        },
-        reply="samples",
-    ),
-    MessageSpec(
-        "metrics",
-        "worker",
-        "The round's training metrics (TRL names). Rewards shown on dashboards are re-scored, not these.",
-        {"round": S("int", minimum=0, maximum=10**9), "metrics": S("object", max_length=8000)},
-        reply="metrics_ack",
-    ),
-    MessageSpec(
-        "heartbeat", "worker", "Liveness; send every `heartbeat_seconds`.", {}, reply="heartbeat_ack"
-    ),
-    MessageSpec(
-        "release",
-        "worker",
-        "Give a lease back (the worker is stopping); its questions are reissued at once.",
-        {"lease_id": ID},
-        reply="release_ack",
-    ),
-)
+class Submit(_Message, tag="submit"):
+    """Rollouts answering every question of a lease. Idempotent by submission_id."""
 
-COORDINATOR_MESSAGES = _messages(
-    MessageSpec(
-        "welcome",
-        "coordinator",
-        "Hello accepted: the negotiated version, the campaign, the assigned tier, where to resume.",
-        {
-            "protocol_version": S("int"),
-            "node_id": ID,
-            "campaign": S(
-                "object", max_length=64_000, doc="id, name, state and config (tasks, G, I, J, GRPO...)"
-            ),
-            "tier": S("str", max_length=64),
-            "model": S("object", max_length=4000, doc="the tier's ModelSpec"),
-            "resume_round": S("int", minimum=0, doc="the next round the coordinator expects from this node"),
-            "heartbeat_seconds": S("number", minimum=1),
-            "limits": S("object", max_length=4000, doc="max_message_bytes, rate limits"),
-            "reason": S("str", max_length=500, doc="why this tier"),
-        },
-    ),
-    MessageSpec(
-        "lease",
-        "coordinator",
-        "Questions for one round, with their ground truth (the coordinator keeps its own record).",
-        {
-            "lease_id": ID,
-            "round": S("int", minimum=0),
-            "deadline": S("number", doc="unix time; submit before it"),
-            "questions": S(
-                "list", max_length=MAX_ROLLOUTS_PER_MESSAGE, doc="[{ref, question, answer, metadata}]"
-            ),
-        },
-    ),
-    MessageSpec(
-        "submit_ack",
-        "coordinator",
-        "Submission stored: the verified rewards, one list per rollout, in order.",
-        {
-            "submission_id": ID,
-            "lease_id": ID,
-            "verified_rewards": S("number_lists", max_length=MAX_ROLLOUTS_PER_MESSAGE),
-            "rollout_ids": S("str_list", max_length=MAX_ROLLOUTS_PER_MESSAGE),
-        },
-    ),
-    MessageSpec(
-        "samples",
-        "coordinator",
-        "External rollouts from other workers, verified.",
-        {"rollouts": S("rollouts", max_length=MAX_ROLLOUTS_PER_MESSAGE)},
-    ),
-    MessageSpec("metrics_ack", "coordinator", "Metrics stored.", {"round": S("int", minimum=0)}),
-    MessageSpec(
-        "heartbeat_ack",
-        "coordinator",
-        "Liveness acknowledged, with the campaign's state.",
-        {"campaign_state": S("str", max_length=32)},
-    ),
-    MessageSpec("release_ack", "coordinator", "Lease released.", {"lease_id": ID}),
-    MessageSpec(
-        "campaign_state",
-        "coordinator",
-        "Pushed when an organizer pauses, resumes or stops the campaign.",
-        {"state": S("str", max_length=32)},
-    ),
-    MessageSpec(
-        "error",
-        "coordinator",
-        "A request failed; nothing it asked for was stored.",
-        {
-            "code": S("str", max_length=64),
-            "message": S("str", max_length=2000),
-            "data": S("object", required=False, max_length=64_000, doc="details, e.g. the original ack"),
-        },
-    ),
-)
+    submission_id: RequestId
+    lease_id: RequestId
+    rollouts: Rollouts
 
 
-def _check_field(name: str, spec: Field, value: Any) -> Any:
-    def fail(expected: str) -> ProtocolError:
-        return ProtocolError(
-            ErrorCode.INVALID_MESSAGE, f"field {name!r}: expected {expected}, got {value!r:.80}"
-        )
+class SampleRequest(_Message, tag="sample_request"):
+    """Ask for up to `count` verified rollouts of other workers (the campaign's strategy)."""
 
-    kind = spec.kind
-    if kind == "str":
-        if not isinstance(value, str):
-            raise fail("a string")
-        if spec.max_length is not None and len(value) > spec.max_length:
-            raise fail(f"at most {spec.max_length} characters")
-    elif kind == "int":
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise fail("an integer")
-    elif kind == "number":
-        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            raise fail("a finite number")
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise fail("true or false")
-    elif kind == "object":
-        if not isinstance(value, dict):
-            raise fail("an object")
-        if spec.max_length is not None and len(json.dumps(value)) > spec.max_length:
-            raise fail(f"an object of at most {spec.max_length} serialised characters")
-    elif kind in ("list", "str_list", "int_list", "number_lists", "rollouts"):
-        if not isinstance(value, list):
-            raise fail("a list")
-        if spec.max_length is not None and len(value) > spec.max_length:
-            raise fail(f"at most {spec.max_length} items")
-        item_ok = {
-            "list": lambda v: isinstance(v, dict),
-            "str_list": lambda v: isinstance(v, str) and len(v) <= 200,
-            "int_list": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "number_lists": lambda v: (
-                isinstance(v, list)
-                and all(
-                    isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in v
-                )
-            ),
-            "rollouts": lambda v: True,
-        }[kind]
-        for i, item in enumerate(value):
-            if not item_ok(item):
-                raise ProtocolError(
-                    ErrorCode.INVALID_MESSAGE, f"field {name!r}[{i}]: invalid item {item!r:.80}"
-                )
-        if kind == "rollouts":
-            rollouts = []
-            for i, item in enumerate(value):
-                try:
-                    rollouts.append(Rollout.from_json(item))
-                except RolloutError as error:
-                    raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"field {name!r}[{i}]: {error}") from None
-            return rollouts
-    if spec.minimum is not None and value < spec.minimum:
-        raise fail(f"a value >= {spec.minimum}")
-    if spec.maximum is not None and value > spec.maximum:
-        raise fail(f"a value <= {spec.maximum}")
-    return value
+    round: Round
+    count: Count
+
+
+class MetricsReport(_Message, tag="metrics"):
+    """The round's training metrics (TRL names). Rewards shown on dashboards are re-scored, not these."""
+
+    round: Round
+    metrics: Metrics
+
+
+class Heartbeat(_Message, tag="heartbeat"):
+    """Liveness; send every `heartbeat_seconds`."""
+
+
+class Release(_Message, tag="release"):
+    """Give a lease back (the worker is stopping); its questions are reissued at once."""
+
+    lease_id: RequestId
+
+
+# Coordinator -> worker.
+
+
+class Welcome(_Message, tag="welcome"):
+    """Hello accepted: the negotiated version, the campaign, the assigned tier, where to resume."""
+
+    protocol_version: int
+    node_id: RequestId
+    campaign: Annotated[Object, Meta(description="id, name, state and config (tasks, G, I, J, GRPO...)")]
+    tier: Annotated[str, Meta(max_length=64)]
+    model: Annotated[Object, Meta(description="the tier's ModelSpec")]
+    resume_round: Annotated[int, Meta(ge=0, description="the next round the coordinator expects from this node")]
+    heartbeat_seconds: Annotated[float, Meta(ge=1)]
+    limits: Annotated[Object, Meta(description="max_message_bytes, rate limits")]
+    reason: Annotated[str, Meta(max_length=500, description="why this tier")]
+
+
+class LeaseQuestion(Struct, forbid_unknown_fields=True):
+    """One leased question with its ground truth (the coordinator keeps its own record)."""
+
+    ref: QuestionRef
+    question: str
+    answer: str
+    metadata: Object
+
+
+class Lease(_Message, tag="lease"):
+    """Questions for one round, with their ground truth (the coordinator keeps its own record)."""
+
+    lease_id: RequestId
+    round: Annotated[int, Meta(ge=0)]
+    deadline: Annotated[float, Meta(description="unix time; submit before it")]
+    questions: Annotated[list[LeaseQuestion], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
+
+
+class SubmitAck(_Message, tag="submit_ack"):
+    """Submission stored: the verified rewards, one list per rollout, in order."""
+
+    submission_id: RequestId
+    lease_id: RequestId
+    verified_rewards: Annotated[list[list[float]], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
+    rollout_ids: Annotated[list[ShortText], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
+
+
+class Samples(_Message, tag="samples"):
+    """External rollouts from other workers, verified."""
+
+    rollouts: Rollouts
+
+
+class MetricsAck(_Message, tag="metrics_ack"):
+    """Metrics stored."""
+
+    round: Annotated[int, Meta(ge=0)]
+
+
+class HeartbeatAck(_Message, tag="heartbeat_ack"):
+    """Liveness acknowledged, with the campaign's state."""
+
+    campaign_state: Annotated[str, Meta(max_length=32)]
+
+
+class ReleaseAck(_Message, tag="release_ack"):
+    """Lease released."""
+
+    lease_id: RequestId
+
+
+class CampaignState(_Message, tag="campaign_state"):
+    """Pushed when an organizer pauses, resumes or stops the campaign."""
+
+    state: Annotated[str, Meta(max_length=32)]
+
+
+class Error(_Message, tag="error"):
+    """A request failed; nothing it asked for was stored."""
+
+    code: Annotated[str, Meta(max_length=64)]
+    message: Annotated[str, Meta(max_length=2000)]
+    data: Annotated[Object, Meta(description="details, e.g. the original ack")] | UnsetType = UNSET
+
+
+WORKER_MESSAGES: dict[str, type[_Message]] = {
+    cls.__struct_config__.tag: cls
+    for cls in (Hello, LeaseRequest, Submit, SampleRequest, MetricsReport, Heartbeat, Release)
+}
+COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
+    cls.__struct_config__.tag: cls
+    for cls in (
+        Welcome, Lease, SubmitAck, Samples, MetricsAck, HeartbeatAck, ReleaseAck, CampaignState, Error
+    )
+}
+# The reply each worker request gets (or `error`).
+REPLIES = {
+    "hello": "welcome",
+    "lease_request": "lease",
+    "submit": "submit_ack",
+    "sample_request": "samples",
+    "metrics": "metrics_ack",
+    "heartbeat": "heartbeat_ack",
+    "release": "release_ack",
+}
+_DECODERS = {
+    "worker": msgspec.json.Decoder(Union[tuple(WORKER_MESSAGES.values())]),  # noqa: UP007
+    "coordinator": msgspec.json.Decoder(Union[tuple(COORDINATOR_MESSAGES.values())]),  # noqa: UP007
+}
+
+
+class _IdOnly(Struct):
+    id: Any = None
+
+
+_ID_DECODER = msgspec.json.Decoder(_IdOnly)
 
 
 @dataclass
 class Message:
+    """A validated message: its type, its fields (``rollouts`` as :class:`Rollout` objects;
+    optional fields that were absent are left out) and its envelope."""
+
     type: str
-    fields: dict[str, Any]  # validated; "rollouts" fields hold Rollout objects
+    fields: dict[str, Any]
     id: str | None = None
     reply_to: str | None = None
 
 
 def parse(raw: str | bytes, direction: str) -> Message:
-    """Validate one frame sent by ``direction`` ("worker" or "coordinator"); raise ProtocolError."""
+    """Validate one frame sent by ``direction`` ("worker" or "coordinator"); raise ProtocolError.
+
+    The cost is bounded before any work: the frame's size first, then one decode that stops at
+    the first violation (a string over its limit, an integer out of range, nesting past
+    Python's recursion limit in a free-form object).
+    """
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > MAX_MESSAGE_BYTES:
         raise ProtocolError(
             ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}"
         )
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        decoded = _DECODERS[direction].decode(raw)
+    except msgspec.ValidationError as error:
+        raise _invalid(error, raw, direction) from None
+    except msgspec.DecodeError as error:
         raise ProtocolError(ErrorCode.MALFORMED_JSON, f"not valid JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise ProtocolError(ErrorCode.MALFORMED_JSON, "a message must be a JSON object")
-    try:
-        return _validate(data, direction)
-    except ProtocolError as error:
-        # Answer with the request's id whenever it had a usable one, so the sender can match
-        # the error to the request even though the rest of the message was invalid.
-        request_id = data.get("id")
-        if isinstance(request_id, str) and len(request_id) <= 64:
-            error.request_id = request_id
-        raise
+    except RecursionError:
+        nested = ProtocolError(ErrorCode.INVALID_MESSAGE, "the message is nested too deeply")
+        raise _with_id(nested, raw) from None
+    fields = {
+        name: value
+        for name in decoded.__struct_fields__
+        if name not in ("id", "reply_to") and (value := getattr(decoded, name)) is not UNSET
+    }
+    return Message(
+        decoded.__struct_config__.tag,
+        fields,
+        None if decoded.id is UNSET else decoded.id,
+        None if decoded.reply_to is UNSET else decoded.reply_to,
+    )
 
 
-def peek_id(raw: str) -> str | None:
-    """The request id of a frame that will not be processed (e.g. rate-limited), if readable."""
+def _invalid(error: msgspec.ValidationError, raw: str | bytes, direction: str) -> ProtocolError:
+    path, what = validation.describe(error)
+    if path == "" and what.startswith("expected `object`"):
+        return ProtocolError(ErrorCode.MALFORMED_JSON, "a message must be a JSON object")
+    if path == "type" and what.startswith("invalid value"):
+        expected = sorted(WORKER_MESSAGES if direction == "worker" else COORDINATOR_MESSAGES)
+        return _with_id(
+            ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type: {what}; expected one of {expected}"),
+            raw,
+        )
+    where = f"field {path!r}: " if path else ""
+    return _with_id(ProtocolError(ErrorCode.INVALID_MESSAGE, where + what), raw)
+
+
+def _with_id(error: ProtocolError, raw: str | bytes) -> ProtocolError:
+    # Answer with the request's id whenever it had a usable one, so the sender can match the
+    # error to the request even though the rest of the message was invalid.
+    error.request_id = peek_id(raw)
+    return error
+
+
+def peek_id(raw: str | bytes) -> str | None:
+    """The request id of a frame that will not be processed (e.g. rate-limited), if readable.
+
+    Decodes only ``id`` (every other value is skipped, not built), at a bounded cost."""
     if len(raw) > MAX_MESSAGE_BYTES:
         return None
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
+        request_id = _ID_DECODER.decode(raw).id
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    request_id = data.get("id") if isinstance(data, dict) else None
     return request_id if isinstance(request_id, str) and len(request_id) <= 64 else None
 
 
-def _validate(data: dict[str, Any], direction: str) -> Message:
-    specs = WORKER_MESSAGES if direction == "worker" else COORDINATOR_MESSAGES
-    kind = data.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'type': expected a string")
-    spec = specs.get(kind)
-    if spec is None:
-        raise ProtocolError(
-            ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {sorted(specs)}"
-        )
-    envelope = {}
-    for key in ("id", "reply_to"):
-        if key in data:
-            envelope[key] = _check_field(key, ID, data[key])
-    unknown = set(data) - set(spec.fields) - {"type", "id", "reply_to"}
-    if unknown:
-        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: unknown fields {sorted(unknown)}")
-    values = {}
-    for name, field_spec in spec.fields.items():
-        if name not in data:
-            if field_spec.required:
-                raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: missing field {name!r}")
-            continue
-        values[name] = _check_field(name, field_spec, data[name])
-    return Message(kind, values, envelope.get("id"), envelope.get("reply_to"))
-
-
 def encode(kind: str, reply_to: str | None = None, id: str | None = None, **fields: Any) -> str:
-    """Serialise a message; Rollout values are turned into their JSON records."""
+    """Serialise a message; Rollout (and other Struct) values are written as their records."""
     body: dict[str, Any] = {"type": kind}
     if id is not None:
         body["id"] = id
     if reply_to is not None:
         body["reply_to"] = reply_to
-    for name, value in fields.items():
-        if isinstance(value, list) and value and isinstance(value[0], Rollout):
-            value = [r.to_json() for r in value]
-        body[name] = value
-    return json.dumps(body, separators=(",", ":"))
+    body.update(fields)
+    return msgspec.json.encode(body).decode()
 
 
 def error(code: ErrorCode, message: str, reply_to: str | None = None, data: dict | None = None) -> str:
@@ -429,12 +393,27 @@ def error(code: ErrorCode, message: str, reply_to: str | None = None, data: dict
     return encode("error", reply_to=reply_to, **fields)
 
 
+def json_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(each message's JSON Schema by type, the shared definitions it references by name)."""
+    messages = [*WORKER_MESSAGES.values(), *COORDINATOR_MESSAGES.values()]
+    refs, definitions = msgspec.json.schema_components(messages, ref_template="#/$defs/{name}")
+    by_type = {}
+    for cls, ref in zip(messages, refs, strict=True):
+        name = ref["$ref"].rsplit("/", 1)[1]
+        by_type[cls.__struct_config__.tag] = definitions.pop(name)
+    return by_type, definitions
+
+
 def render_docs() -> str:
-    """The message reference section of docs/protocol.md."""
+    """The message reference section of docs/protocol.md, from the declarations' JSON Schema."""
+    schemas, definitions = json_schemas()
     lines = [
         "## Message reference",
         "",
-        "Generated by `python -m worker.shared.protocol` from `worker/shared/protocol.py`.",
+        "Generated by `python -m worker.shared.protocol` from the message declarations in",
+        "`worker/shared/protocol.py` (msgspec Structs; this is their JSON Schema). Every message may",
+        'also carry `"id"` (a request id, at most 64 characters) and replies carry `"reply_to"`.',
+        "A `$ref` such as `#/$defs/Rollout` points into the definitions that follow the messages.",
         "",
     ]
     for title, specs in (
@@ -442,20 +421,21 @@ def render_docs() -> str:
         ("Coordinator to worker", COORDINATOR_MESSAGES),
     ):
         lines += [f"### {title}", ""]
-        for spec in specs.values():
-            reply = f" Answered by `{spec.reply}` (or `error`)." if spec.reply else ""
-            lines += [f"#### `{spec.type}`", "", spec.doc + reply, "", "```json"]
-            lines += [json.dumps(spec.json_schema(), indent=2), "```", ""]
+        for kind in specs:
+            schema = dict(schemas[kind])
+            description = schema.pop("description", "")
+            schema.pop("title", None)
+            reply = f" Answered by `{REPLIES[kind]}` (or `error`)." if kind in REPLIES else ""
+            lines += [f"#### `{kind}`", "", description + reply, "", "```json"]
+            lines += [json.dumps(schema, indent=2), "```", ""]
+    lines += ["### Definitions", ""]
+    for name, schema in sorted(definitions.items()):
+        schema = dict(schema)
+        description = schema.pop("description", "")
+        schema.pop("title", None)
+        lines += [f"#### `{name}`", "", description, "", "```json", json.dumps(schema, indent=2), "```", ""]
     lines += ["### Error codes", "", "| code | meaning |", "|---|---|"]
-    import inspect
-
-    source = inspect.getsource(ErrorCode)
-    for code in ErrorCode:
-        comment = ""
-        for line in source.splitlines():
-            if f'"{code.value}"' in line and "#" in line:
-                comment = line.split("#", 1)[1].strip()
-        lines.append(f"| `{code.value}` | {comment} |")
+    lines += [f"| `{code.value}` | {ERROR_MEANINGS[code]} |" for code in ErrorCode]
     return "\n".join(lines) + "\n"
 
 

@@ -15,9 +15,11 @@ import json
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import reasoning_gym
+from msgspec import Meta
 from reasoning_gym.factory import DATASETS
 
 # reasoning-gym datasets are indexable far past their nominal size (entry i is generated from
@@ -143,13 +145,12 @@ def dataset_for(name: str, config_json: str, seed: int):
     return reasoning_gym.create_dataset(name, seed=seed, **config)
 
 
-@dataclass(frozen=True)
-class QuestionRef:
+class QuestionRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where a question comes from: task ``name``, dataset ``seed`` and entry ``index``."""
 
-    task: str
+    task: Annotated[str, Meta(min_length=1, max_length=200)]
     seed: int
-    index: int
+    index: Annotated[int, Meta(ge=0)]
 
     def to_json(self) -> dict[str, Any]:
         return {"task": self.task, "seed": self.seed, "index": self.index}

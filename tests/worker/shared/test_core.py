@@ -189,13 +189,15 @@ def test_rollout_round_trips_and_rejects_bad_records():
         (broken(rewards=[1.0]), "rollout.rewards"),
         (broken(rewards=[1.0, float("nan")]), r"rollout.rewards\[1\]"),
         (broken(completions="text"), "rollout.completions"),
-        (broken(completions=["x" * 40_000, "y"]), "longer than"),
+        (broken(completions=["x" * 40_000, "y"]), r"rollout.completions\[0\]: expected `str` of length <= 32000"),
         (broken(truncated=[0, 1]), "rollout.truncated"),
         (broken(ref={"task": "chain_sum", "seed": 1}), "rollout.ref"),
         (broken(round=-1), "rollout.round"),
         (broken(extra=1), "unknown fields"),
-        ({k: v for k, v in rollout.to_json().items() if k != "answer"}, "missing fields"),
-        ("not an object", "expected an object"),
+        ({k: v for k, v in rollout.to_json().items() if k != "answer"}, "missing field 'answer'"),
+        ("not an object", "expected `object`"),
+        (broken(rewards=[True, 0.0]), r"rollout.rewards\[0\]: expected `float`, got `bool`"),
+        (broken(metadata={"x": "y" * 70_000}), "rollout.metadata: larger than"),
     ]
     for data, message in cases:
         with pytest.raises(RolloutError, match=message):
@@ -209,3 +211,29 @@ def test_protocol_reference_in_docs_is_generated_from_the_code():
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
     assert render_docs() in doc, "regenerate: python -m worker.shared.protocol, then paste into docs/protocol.md"
+
+
+def test_protocol_parse_is_bounded_and_names_the_field():
+    """Frames that used to crash the hand-written parser get invalid_message, at a bounded cost."""
+    from worker.shared.protocol import ErrorCode, ProtocolError, encode, parse
+
+    rollout = make_rollout("a", [1.0, 0.0]).to_json()
+    rollout["metadata"] = {"x": "__DEEP__"}
+    frame = encode("submit", id="s1", submission_id="s", lease_id="l", rollouts=[rollout])
+    deep = frame.replace('"__DEEP__"', "[" * 100_000 + "]" * 100_000)
+    # (frame, code, words in the message, the request id the error answers)
+    cases = [
+        (deep, ErrorCode.INVALID_MESSAGE, "nested too deeply", None),  # its id is as deep to read
+        ('{"type": "lease_request", "id": "r", "round": ' + "7" * 5000 + "}", ErrorCode.INVALID_MESSAGE, "out of range", "r"),
+        ('{"type": "lease_request", "id": "r", "round": 1.5}', ErrorCode.INVALID_MESSAGE, "field 'round'", "r"),
+        ('{"type": "teleport", "id": "r"}', ErrorCode.UNKNOWN_TYPE, "teleport", "r"),
+        ('{"type": "heartbeat", "id": "r", "x": 1}', ErrorCode.INVALID_MESSAGE, "unknown fields ['x']", "r"),
+        ("[]", ErrorCode.MALFORMED_JSON, "JSON object", None),
+        ('{"type": "heartbeat", "id": "\\ud800"}', ErrorCode.MALFORMED_JSON, "not valid JSON", None),
+    ]
+    for raw, code, words, request_id in cases:
+        with pytest.raises(ProtocolError) as caught:
+            parse(raw, "worker")
+        assert caught.value.code == code, (raw[:60], caught.value.message)
+        assert words in caught.value.message, caught.value.message
+        assert caught.value.request_id == request_id, raw[:60]
