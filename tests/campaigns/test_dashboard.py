@@ -361,13 +361,15 @@ def test_private_campaigns_are_not_streamed_to_anonymous_viewers(coordinator):
 def test_sockets_from_foreign_origins_are_refused(coordinator):
     campaign = make_campaign()
 
+    url = coordinator.replace("http", "ws", 1) + f"/ws/campaigns/{campaign.pk}/"
+
     async def scenario():
-        with pytest.raises(websockets.InvalidStatus):
-            await websockets.connect(
-                coordinator.replace("http", "ws", 1) + f"/ws/campaigns/{campaign.pk}/",
-                origin="http://evil.example",
-                open_timeout=10,
-            )
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(url, origin="http://evil.example", open_timeout=10)
+        assert refused.value.response.status_code == 403
+        # The same socket from the coordinator's own origin opens: the origin was refused, not the URL.
+        async with websockets.connect(url, origin=coordinator, open_timeout=10):
+            pass
 
     asyncio.run(scenario())
 
