@@ -30,7 +30,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_database_url() -> str:
+def database_url_for_tests() -> str:
     """A DATABASE_URL for the database the tests are using right now (the test database)."""
     settings_dict = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -46,7 +46,7 @@ def server_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
-            "DATABASE_URL": test_database_url(),
+            "DATABASE_URL": database_url_for_tests(),
             "SECRET_KEY": "test-secret-key-not-for-production",
             "PYTHONUNBUFFERED": "1",
             # One torch thread per process: several processes share 2 cores in the tests.
