@@ -515,7 +515,7 @@ class Connection:
     async def _request(self, kind: str, fields: dict[str, Any]) -> Message:
         """Send ``kind`` until it is answered by its reply type; see the module docstring."""
         timeout = self.request_timeout
-        expected = protocol.WORKER_MESSAGES[kind].reply
+        expected = protocol.REPLIES[kind]
         retry = Backoff(base=1.0, cap=15.0)
         failures = 0
         while True:

@@ -16,12 +16,13 @@ round goes on.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import uuid
 from typing import Any
+
+import msgspec
 
 from worker.client.connection import RUNNING, Connection
 from worker.client.errors import (
@@ -35,7 +36,7 @@ from worker.client.errors import (
 from worker.engine.transport import Lease
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, Message, ProtocolError
-from worker.shared.questions import Question, QuestionRef
+from worker.shared.questions import Question
 from worker.shared.rollout import Rollout
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,9 @@ def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return cleaned
 
 
-def _question(item: dict[str, Any]) -> Question:
-    ref = item["ref"]
-    if not isinstance(ref, dict):
-        raise TypeError("ref: expected an object")
-    question, answer, metadata = item["question"], item["answer"], item["metadata"]
-    if not isinstance(question, str) or not isinstance(answer, str) or not isinstance(metadata, dict):
-        raise TypeError("question and answer must be strings, metadata an object")
-    return Question(QuestionRef.from_json(ref), question, answer, metadata)
+def _question(item: protocol.LeaseQuestion) -> Question:
+    """A leased question (validated by the protocol's parse) as the engine's :class:`Question`."""
+    return Question(item.ref, item.question, item.answer, item.metadata)
 
 
 class WebsocketTransport(Connection):
@@ -215,7 +211,7 @@ class WebsocketTransport(Connection):
                 raise RequestError(
                     ErrorCode.INVALID_MESSAGE, "verified rewards do not match the rollouts' groups"
                 )
-            result.append(dataclasses.replace(rollout, rewards=[float(r) for r in rewards]))
+            result.append(msgspec.structs.replace(rollout, rewards=[float(r) for r in rewards]))
         return result
 
     def _forget(self, lease: Lease) -> None:

@@ -11,7 +11,6 @@ idempotent submission. The end-to-end tests against the real coordinator live wi
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -273,13 +273,13 @@ class FakeCoordinator:
         self.acks[fields["submission_id"]] = ack
         lease["state"] = "submitted"
         for rollout, values in zip(rollouts, verified, strict=True):
-            self.pool.append(dataclasses.replace(rollout, rewards=values))
+            self.pool.append(msgspec.structs.replace(rollout, rewards=values))
         return "submit_ack", ack
 
     def on_sample_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         # Other nodes' rollouts: this node's own, relabelled (the pool never returns one's own).
         others = [
-            dataclasses.replace(r, agent_id="other-node", rollout_id=uuid.uuid4().hex) for r in self.pool
+            msgspec.structs.replace(r, agent_id="other-node", rollout_id=uuid.uuid4().hex) for r in self.pool
         ]
         return "samples", {"rollouts": others[-fields["count"] :] if fields["count"] else []}
 
