@@ -38,7 +38,7 @@ def detect(data_dir: Path) -> Hardware:
         disk_free_bytes=shutil.disk_usage(data_dir).free,
         backends=backends,
         python=platform.python_version(),
-        torch=torch.__version__,
+        torch=str(torch.__version__),  # a str subclass (TorchVersion), which msgspec does not encode
         os=f"{platform.system()} {platform.release()}",
     )
 
