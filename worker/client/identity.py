@@ -5,9 +5,9 @@ token), so a worker that restarts must say the same id again to resume instead o
 new node. The id is created once, as a uuid4 hex (letters and digits only, which the
 coordinator's hello accepts), in ``<data_dir>/node.json`` and never rewritten:
 
-* creation is atomic and exclusive (write a temporary file, then hard-link it into place, which
-  fails if another process got there first), so two workers started at once on the same data
-  directory still end up with one id;
+* creation is atomic and exclusive (worker/shared/files.py: write a temporary file, then
+  hard-link it into place, which fails if another process got there first), so two workers
+  started at once on the same data directory still end up with one id;
 * a damaged ``node.json`` is an error, not a reason to mint a new id silently: a new id would
   orphan the node's progress on the coordinator.
 
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,10 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
+from worker.shared.files import write_json_atomic
+
 NODE_FILE = "node.json"
 STATS_FILE = "node-stats.json"
 LOCK_FILE = "worker.lock"
 MAX_NODE_ID = 64
+PRIVATE = 0o600  # node.json and node-stats.json: readable by their user only
 
 
 class IdentityError(RuntimeError):
@@ -58,41 +61,8 @@ def valid_node_id(node_id: object) -> bool:
     )
 
 
-def _write_atomic(path: Path, data: dict[str, Any], exclusive: bool) -> bool:
-    """Write ``data`` as JSON to ``path`` via a temporary file in the same directory.
-
-    ``exclusive``: only create, never replace; returns False when ``path`` already exists.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        if not exclusive:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)  # atomic, and fails if the file exists
-        except FileExistsError:
-            return False
-        except OSError:
-            # A filesystem without hard links: O_EXCL on the final name, then fill it. A crash
-            # in between leaves an empty file, which load_identity reports rather than replaces.
-            try:
-                final = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(final, "w", encoding="utf-8") as handle:
-                handle.write(tmp.read_text(encoding="utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
-        return True
-    finally:
-        tmp.unlink(missing_ok=True)
+def _write_json(path: Path, data: dict[str, Any], exclusive: bool) -> bool:
+    return write_json_atomic(path, data, indent=2, sort_keys=True, exclusive=exclusive, mode=PRIVATE)
 
 
 def _read_identity(path: Path) -> Identity:
@@ -115,7 +85,8 @@ def load_identity(data_dir: Path) -> Identity:
     path = Path(data_dir) / NODE_FILE
     if not path.exists():
         record = {"node_id": uuid.uuid4().hex, "created_at": time.time()}
-        _write_atomic(path, record, exclusive=True)  # False: another process created it first
+        # False when another process created it first: then that one is read.
+        _write_json(path, record, exclusive=True)
     return _read_identity(path)
 
 
@@ -135,33 +106,28 @@ def load_stats(data_dir: Path) -> dict[str, Any]:
 
 def save_stats(data_dir: Path, **values: Any) -> None:
     """Merge ``values`` into the stats file (atomic replace)."""
-    _write_atomic(Path(data_dir) / STATS_FILE, {**load_stats(data_dir), **values}, exclusive=False)
+    _write_json(Path(data_dir) / STATS_FILE, {**load_stats(data_dir), **values}, exclusive=False)
 
 
 @contextlib.contextmanager
 def lock_data_dir(data_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on the data directory; IdentityError if another worker holds it.
 
-    The lock is an advisory ``flock`` on ``<data_dir>/worker.lock``, released by the kernel when
-    the process dies, so a crashed worker never leaves a stale lock behind. On systems without
-    ``fcntl`` (Windows) this is a no-op.
+    The lock is ``filelock``'s on ``<data_dir>/worker.lock``: an advisory ``flock`` on Unix
+    (``msvcrt`` on Windows), released by the kernel when the process dies, so a crashed worker
+    never leaves a stale lock behind.
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / LOCK_FILE, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IdentityError(
-                f"another swarm-worker is running with the data directory {data_dir}; "
-                "give each worker its own --data-dir"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    lock = FileLock(data_dir / LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise IdentityError(
+            f"another swarm-worker is running with the data directory {data_dir}; "
+            "give each worker its own --data-dir"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()

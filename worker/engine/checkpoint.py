@@ -7,27 +7,26 @@ states are saved too so that anything else drawing from them resumes identically
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from worker.shared.files import write_atomic
+
 
 def save_checkpoint(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
 ) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "state": state,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # a crash mid-save leaves the previous checkpoint intact
+    # A crash mid-save leaves the previous checkpoint intact.
+    write_atomic(path, lambda handle: torch.save(payload, handle))
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -31,15 +31,15 @@ Recipe (all tiers share the tokenizer; only the network size and warm-start leng
                 written last: a directory holding ``swarm_build.json`` is a complete build.
 
 Builds happen in a temporary sibling directory that is renamed into place, and
-``ensure_tiny_model`` serialises concurrent builders with an exclusive ``flock``, so a crash or
-several workers starting at once never leave (or load) a half-built model.
+``ensure_tiny_model`` serialises concurrent builders with an exclusive lock (``filelock``: a
+``flock`` on Unix, released when the process dies), so a crash or several workers starting at
+once never leave (or load) a half-built model.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import io
 import json
@@ -50,12 +50,13 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 from reasoning_gym.utils import SYSTEM_PROMPTS
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -511,17 +512,6 @@ def _replace_dir(new: Path, target: Path) -> None:
         os.rename(new, target)
 
 
-@contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``, released when the block ends or the process dies."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_tiny_model(tier: str, cache_dir: Path, log: Log = print, *, steps: int | None = None) -> Path:
     """``cache_dir / tier``, built first if it is not there yet.
 
@@ -535,7 +525,7 @@ def ensure_tiny_model(tier: str, cache_dir: Path, log: Log = print, *, steps: in
     if is_built(model_dir):
         return model_dir
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(cache_dir / f"{tier}.lock"):
+    with FileLock(cache_dir / f"{tier}.lock"):
         if is_built(model_dir):  # another process built it while this one waited
             return model_dir
         for stale in cache_dir.glob(f".{tier}.tmp-*"):  # left by a builder that was killed

@@ -9,7 +9,6 @@ rollout shared in round r can be trained on by others in round r.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from worker.engine.policy import load_policy, resolve
 from worker.engine.transport import LocalTransport, RolloutPool
 from worker.shared.arms import Arm
 from worker.shared.config import AgentConfig, stable_seed
+from worker.shared.files import write_json_atomic
 from worker.shared.questions import TaskMix
 from worker.shared.tiers import model_cache_dir, tier
 
@@ -132,9 +132,7 @@ class Swarm:
             "pool": self.pool.to_json() if self.pool else None,
             "round": self.round,
         }
-        tmp = directory / "swarm.json.tmp"
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, directory / "swarm.json")
+        write_json_atomic(directory / "swarm.json", state, indent=None)
 
     def load(self, directory: Path) -> bool:
         """Resume from ``directory`` if it holds a checkpoint; True when it did."""

@@ -386,6 +386,32 @@ def test_data_dir_lock_excludes_a_second_worker(tmp_path: Path) -> None:
         pass
 
 
+def test_data_dir_lock_of_a_killed_worker_is_released(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from worker.client.identity import lock_data_dir\n"
+            f"with lock_data_dir({str(tmp_path)!r}):\n"
+            "    print('locked', flush=True)\n"
+            "    time.sleep(60)\n",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(IdentityError), lock_data_dir(tmp_path):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: no cleanup runs in the holder
+        holder.wait(10)
+    with lock_data_dir(tmp_path):  # the kernel released the dead process's lock
+        pass
+
+
 # --- pure helpers ------------------------------------------------------------------------------
 
 
