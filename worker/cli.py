@@ -165,7 +165,8 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     """Run (or resume) the SAPO table study; results after every cell."""
-    from worker.research.study import DEFAULT_JOBS, DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError, run_study
+    from worker.research.study import DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError
+    from worker.research.study_runner import DEFAULT_JOBS, run_study
 
     base = StudyConfig.quick_config() if args.quick else StudyConfig()
     # A quick run stays in one process: spawning a second costs more than its few cells.
@@ -215,7 +216,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 def cmd_study_report(args: argparse.Namespace) -> int:
     """Write the study's markdown report and PNG plots from its results JSON."""
-    from worker.research.study import write_report
+    from worker.research.study_report import write_report
 
     if not args.results.exists():
         print(f"swarm-worker study-report: no results at {args.results}", file=sys.stderr)

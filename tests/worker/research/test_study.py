@@ -18,12 +18,11 @@ from worker.research.study import (
     PAPER_CUMULATIVE,
     StudyConfig,
     StudyError,
-    _open_results,
-    analyse,
-    answer,
     campaign_overrides,
-    write_report,
 )
+from worker.research.study_analysis import analyse
+from worker.research.study_report import answer, write_report
+from worker.research.study_runner import _open_results
 from worker.shared import stats
 
 # --- statistics with known answers ---------------------------------------------------------------

@@ -1,0 +1,310 @@
+"""Running the SAPO table study (worker/research/study.py): its cells, resumably.
+
+A cell is one :func:`worker.research.simulate.run_arm`. Cells run seed by seed (all arms of
+seed 0, then seed 1, ...), so an interrupted study leaves complete pairs behind; the results
+file is rewritten atomically after every cell and a rerun skips the cells it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from worker.research.study import (
+    ARM_ORDER,
+    CUMULATIVE_DEFINITION,
+    CURVE_DEFINITION,
+    StudyConfig,
+    StudyError,
+    arm_by_name,
+    seed_key,
+)
+from worker.shared.arms import Arm
+from worker.shared.files import write_json_atomic
+
+DEFAULT_JOBS = min(2, os.cpu_count() or 1)
+
+
+def _set_one_thread() -> None:
+    """One torch thread per process: on 2 cores, processes with several threads each contend
+    and run up to 8x slower (measured in tests/conftest.py's note)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool = False) -> dict[str, Any]:
+    """Run one (arm, seed) and return its curve, cumulative reward and cost.
+
+    A module-level function of plain data so a process pool can run it.
+    """
+    _set_one_thread()
+    from worker.research.simulate import SimulationConfig, run_arm
+    from worker.shared.config import AgentConfig, GRPOConfig
+    from worker.shared.questions import preset
+    from worker.shared.tiers import model_cache_dir
+
+    grpo = GRPOConfig(
+        learning_rate=settings["learning_rate"],
+        num_iterations=settings["num_iterations"],
+        temperature=settings["temperature"],
+        beta=settings["beta"],
+    )
+    agent = AgentConfig(
+        questions_per_round=settings["questions_per_round"],
+        group_size=settings["group_size"],
+        max_new_tokens=settings["max_new_tokens"],
+        seed=seed,
+        grpo=grpo,
+    )
+    config = SimulationConfig(
+        agents=settings["agents"],
+        rounds=settings["rounds"],
+        tier=settings["tier"],
+        seed=seed,
+        mix=preset(settings["tasks"]),
+        agent=agent,
+        pool_window=settings["pool_window"],
+        backend="transformers",  # the CPU study; vLLM agents would not be one thread each
+    )
+
+    def log(message: str) -> None:
+        if verbose:
+            print(f"  [{arm_name} seed {seed}] {message}", flush=True)
+
+    def on_round(arm: Arm, done: int, metrics: list[dict[str, float]]) -> None:
+        if verbose:
+            mean = sum(m["reward"] for m in metrics) / len(metrics)
+            print(f"  [{arm_name} seed {seed}] round {done}: mean reward {mean:.3f}", flush=True)
+
+    if not verbose:  # one "Loading weights" bar per agent and cell buries the progress lines
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    started = time.perf_counter()
+    result = run_arm(config, arm_by_name()[arm_name], model_cache_dir(), None, on_round, log=log)
+    seconds = time.perf_counter() - started
+    histories = list(result["agents"].values())
+    rounds = settings["rounds"]
+    # Rounded so the file diffs cleanly; the cumulative reward is the sum of the stored curve.
+    curve = [round(sum(h[r]["reward"] for h in histories) / len(histories), 6) for r in range(rounds)]
+
+    def mean_of(key: str) -> float:
+        values = [m.get(key, 0.0) for h in histories for m in h]
+        return round(sum(values) / len(values), 6)
+
+    return {
+        "curve": curve,
+        "seconds": round(seconds, 2),
+        "frac_reward_zero_std": mean_of("frac_reward_zero_std"),
+        "local_used": mean_of("batch/local_used"),
+        "external_used": mean_of("batch/external_used"),
+    }
+
+
+def versions() -> dict[str, Any]:
+    from importlib import metadata
+
+    import worker
+
+    data: dict[str, Any] = {"swarm": worker.__version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "reasoning-gym", "numpy"):
+        try:  # installed distributions: a module's own __version__ can lag its release
+            data[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            data[package] = None
+    try:  # read-only: which code produced the numbers
+        root = Path(__file__).resolve().parent.parent
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        data["git_commit"] = commit + ("+modified" if dirty else "") if commit else None
+    except (OSError, subprocess.SubprocessError):
+        data["git_commit"] = None
+    return data
+
+
+def model_build(tier_name: str) -> dict[str, Any] | None:
+    """The tiny tier's build record (recipe version, steps, tokenizer hash), if it has one."""
+    from worker.shared.tiers import model_cache_dir
+
+    path = model_cache_dir() / tier_name / "swarm_build.json"
+    if not path.exists():
+        return None
+    build = json.loads(path.read_text())
+    keep = ("seed", "steps", "params", "tokenizer_sha256", "final_loss", "swarm_version")
+    return {
+        "recipe_version": (build.get("recipe") or {}).get("recipe_version"),
+        **{key: build[key] for key in keep if key in build},
+    }
+
+
+def _write(out: Path, results: dict[str, Any]) -> None:
+    """The results file, whole (indented by 1, as the committed docs/experiments/ files are)."""
+    write_json_atomic(out, results, indent=1)
+
+
+def _rebuild_arms(results: dict[str, Any]) -> None:
+    """``arms`` from ``curves``: the cumulative reward per seed, in ``config.seeds`` order."""
+    seeds = results["config"]["seeds"]
+    results["arms"] = {
+        name: [
+            round(sum(curve), 6) if (curve := results["curves"][name].get(seed_key(s))) is not None else None
+            for s in seeds
+        ]
+        for name in results["config"]["arms"]
+    }
+
+
+def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
+    """The results so far: the file at ``out`` if its settings match, else a new skeleton."""
+    settings = config.settings()
+    if out.exists():
+        results = json.loads(out.read_text())
+        old = {key: results["config"].get(key) for key in settings}
+        if old != settings:
+            differ = sorted(key for key in settings if old[key] != settings[key])
+            raise StudyError(
+                f"{out} holds a study with other settings ({', '.join(differ)}); "
+                "use another --out or remove it to start over"
+            )
+        cfg = results["config"]
+        # Seeds and arms only grow: a rerun with more seeds extends the study, never drops cells.
+        cfg["seeds"] = cfg["seeds"] + [s for s in config.seeds if s not in cfg["seeds"]]
+        cfg["arms"] = [a for a in ARM_ORDER if a in cfg["arms"] or a in config.arms]
+        for name in cfg["arms"]:
+            results["curves"].setdefault(name, {})
+        return results
+    return {
+        "config": {
+            **settings,
+            "seeds": list(config.seeds),
+            "arms": [a for a in ARM_ORDER if a in config.arms],
+            "arm_definitions": {a: arm_by_name()[a].to_json() for a in ARM_ORDER},
+            "cumulative_reward": CUMULATIVE_DEFINITION,
+            "curves": CURVE_DEFINITION,
+            "torch_threads_per_process": 1,
+            "elapsed_seconds": 0.0,
+            "cells": {},
+        },
+        "arms": {},
+        "curves": {a: {} for a in ARM_ORDER if a in config.arms},
+    }
+
+
+def pending_cells(results: dict[str, Any], config: StudyConfig) -> list[tuple[str, int]]:
+    """Cells still to run, seed by seed (all arms of a seed before the next seed)."""
+    return [
+        (name, seed)
+        for seed in config.seeds
+        for name in ARM_ORDER
+        if name in config.arms and seed_key(seed) not in results["curves"][name]
+    ]
+
+
+def run_study(
+    config: StudyConfig,
+    out: Path,
+    jobs: int = 1,
+    verbose: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run every missing cell of ``config`` into ``out`` (resuming it) and return the results.
+
+    ``jobs`` > 1 runs cells in that many processes of one torch thread each (spawned, so no
+    process inherits another's torch state); results are written by this process only.
+    """
+    _set_one_thread()
+    results = _open_results(out, config)
+    todo = pending_cells(results, config)
+    cfg = results["config"]
+    done_before = sum(len(c) for c in results["curves"].values())
+    if done_before:
+        log(f"resuming {out}: {done_before} cells done, {len(todo)} to run")
+    cfg.update(
+        versions=versions(),
+        model_build=model_build(config.tier),
+        machine=f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+        jobs=jobs,
+    )
+    _rebuild_arms(results)
+    if not todo:
+        _finish(results, config)
+        _write(out, results)
+        return results
+    cfg.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
+    settings = config.settings()
+    cell_rounds = config.agents * config.rounds
+    started = time.perf_counter()
+    wall_before = cfg.get("wall_seconds", 0.0)
+    finished = 0
+
+    def record(name: str, seed: int, cell: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        results["curves"][name][seed_key(seed)] = cell.pop("curve")
+        cfg["cells"][f"{name}|{seed}"] = cell
+        # elapsed: the cells' own seconds summed (process-seconds); wall: the runs' clock time.
+        cfg["elapsed_seconds"] = round(cfg["elapsed_seconds"] + cell["seconds"], 2)
+        cfg["wall_seconds"] = round(wall_before + time.perf_counter() - started, 2)
+        _rebuild_arms(results)
+        _finish(results, config)
+        _write(out, results)
+        wall = time.perf_counter() - started
+        eta = wall / finished * (len(todo) - finished)
+        curve = results["curves"][name][seed_key(seed)]
+        log(
+            f"[{done_before + finished}/{done_before + len(todo)}] {name:>14} seed {seed}: "
+            f"cumulative {sum(curve):.3f} (reward {curve[0]:.3f} -> {curve[-1]:.3f}), "
+            f"{cell['seconds']:.0f} s = {cell['seconds'] / cell_rounds:.2f} s/agent-round; "
+            f"about {eta / 60:.0f} min left"
+        )
+
+    if jobs <= 1:
+        for name, seed in todo:
+            record(name, seed, run_cell(settings, name, seed, verbose))
+        return results
+
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # Children read these before torch starts its pools; set_num_threads(1) in run_cell too.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = "1"
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(run_cell, settings, name, seed, verbose): (name, seed) for name, seed in todo}
+        remaining = set(futures)
+        while remaining:
+            done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for future in done:
+                record(*futures[future], future.result())
+    return results
+
+
+def _finish(results: dict[str, Any], config: StudyConfig) -> None:
+    """Bookkeeping fields of ``config``: completeness and the measured cost."""
+    cfg = results["config"]
+    total = len(cfg["arms"]) * len(cfg["seeds"])
+    done = sum(len(results["curves"][a]) for a in cfg["arms"])
+    cfg["cells_done"], cfg["cells_total"] = done, total
+    cfg["complete"] = done == total
+    if done:
+        cfg["seconds_per_agent_round"] = round(
+            cfg["elapsed_seconds"] / (done * config.agents * config.rounds), 3
+        )
+    cfg["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
