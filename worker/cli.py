@@ -9,15 +9,66 @@ swarm-worker study-report [JSON]    write its markdown report and plots
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from worker import __version__
+from worker.research.study import DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError
+from worker.research.study_runner import DEFAULT_JOBS, run_study
+
+# Options whose default is a setting's own (a dataclass field or a constant): None on the command
+# line, filled in from there when the command runs, and shown from there by --help. Read lazily:
+# worker.shared.config imports reasoning-gym and worker.research.simulate torch (seconds).
+SIMULATE_DEFAULTS = {
+    "questions": "worker.shared.config:AgentConfig.questions_per_round",
+    "group_size": "worker.shared.config:AgentConfig.group_size",
+    "max_new_tokens": "worker.shared.config:AgentConfig.max_new_tokens",
+    "system_prompt": "worker.shared.config:AgentConfig.system_prompt",
+    "seed": "worker.shared.config:AgentConfig.seed",
+    "temperature": "worker.shared.config:GRPOConfig.temperature",
+    "num_iterations": "worker.shared.config:GRPOConfig.num_iterations",
+    "beta": "worker.shared.config:GRPOConfig.beta",
+    "checkpoint_every": "worker.research.simulate:SimulationConfig.checkpoint_every",
+    "backend": "worker.research.simulate:SimulationConfig.backend",
+}
+REPORT_DEFAULTS = {"resamples": "worker.shared.stats:BOOTSTRAP_RESAMPLES"}
 
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("SWARM_DATA_DIR") or Path.home() / ".swarm")
+
+
+def _setting(source: str) -> Any:
+    """The value ``"module:Name.attribute"`` names (a dataclass field's default, a constant)."""
+    module, _, path = source.partition(":")
+    value: Any = importlib.import_module(module)
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def _fill_defaults(args: argparse.Namespace, defaults: dict[str, str]) -> None:
+    """Options left out on the command line take their setting's default."""
+    for dest, source in defaults.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, _setting(source))
+
+
+def _formatter(defaults: dict[str, str]) -> type[argparse.HelpFormatter]:
+    """A help formatter that shows each of ``defaults``' options' default, read from its setting."""
+
+    class Formatter(argparse.HelpFormatter):
+        def _get_help_string(self, action: argparse.Action) -> str | None:
+            source = defaults.get(action.dest)
+            if source is None:
+                return action.help
+            value, name = _setting(source), source.partition(":")[2]
+            return f"{action.help + ' ' if action.help else ''}(default: {value}, {name})"
+
+    return Formatter
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -45,6 +96,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from worker.shared.questions import preset
     from worker.shared.tiers import tier
 
+    _fill_defaults(args, SIMULATE_DEFAULTS)
     spec = tier(args.tier)
     if args.preset == "sapo-table":
         arms = sapo_table_arms(args.questions)
@@ -165,9 +217,6 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     """Run (or resume) the SAPO table study; results after every cell."""
-    from worker.research.study import DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError
-    from worker.research.study_runner import DEFAULT_JOBS, run_study
-
     base = StudyConfig.quick_config() if args.quick else StudyConfig()
     # A quick run stays in one process: spawning a second costs more than its few cells.
     jobs = args.jobs or (1 if args.quick else DEFAULT_JOBS)
@@ -218,6 +267,7 @@ def cmd_study_report(args: argparse.Namespace) -> int:
     """Write the study's markdown report and PNG plots from its results JSON."""
     from worker.research.study_report import write_report
 
+    _fill_defaults(args, REPORT_DEFAULTS)
     if not args.results.exists():
         print(f"swarm-worker study-report: no results at {args.results}", file=sys.stderr)
         return 2
@@ -243,13 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--data-dir", type=Path, default=default_data_dir())
     doctor.set_defaults(func=cmd_doctor)
 
-    sim = sub.add_parser("simulate", help="run N agents over an in-process pool")
+    sim = sub.add_parser(
+        "simulate", help="run N agents over an in-process pool", formatter_class=_formatter(SIMULATE_DEFAULTS)
+    )
     sim.add_argument("--agents", type=int, default=4)
-    sim.add_argument("--local", type=int, default=4, help="I: own rollouts trained on per round")
-    sim.add_argument("--external", type=int, default=4, help="J: others' rollouts trained on per round")
+    # 4/4 on purpose: the command simulates a swarm; AgentConfig's own I/J (8/0) train alone.
+    sim.add_argument(
+        "--local", type=int, default=4, help="I: own rollouts trained on per round (default 4: the 4/4 arm)"
+    )
+    sim.add_argument(
+        "--external", type=int, default=4, help="J: others' rollouts trained on per round (default 4)"
+    )
     sim.add_argument("--rounds", type=int, default=30)
     sim.add_argument("--tier", default="tiny-1m")
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--seed", type=int, default=None, help="seeds every question stream and sample")
     sim.add_argument("--out", type=Path, default=Path("results.json"))
     sim.add_argument(
         "--controls", action="store_true", help="also run the isolated and filtered-isolated arms"
@@ -258,26 +315,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset", choices=["sapo-table"], help="run the paper's arms plus the missing controls"
     )
     sim.add_argument("--tasks", default="cpu", help="task preset (cpu, rgym9)")
-    sim.add_argument("--questions", type=int, default=8, help="B: questions generated per agent per round")
-    sim.add_argument("--group-size", type=int, default=8, help="G: completions per question")
-    sim.add_argument("--max-new-tokens", type=int, default=24)
-    sim.add_argument("--temperature", type=float, default=1.0)
+    sim.add_argument("--questions", type=int, default=None, help="B: questions generated per agent per round")
+    sim.add_argument("--group-size", type=int, default=None, help="G: completions per question")
+    sim.add_argument("--max-new-tokens", type=int, default=None, help="longest completion, in tokens")
+    sim.add_argument("--temperature", type=float, default=None, help="sampling temperature")
     sim.add_argument("--lr", type=float, default=None, help="default: the tier's")
-    sim.add_argument("--num-iterations", type=int, default=1)
-    sim.add_argument("--beta", type=float, default=0.0)
-    sim.add_argument("--system-prompt", default="default")
+    sim.add_argument("--num-iterations", type=int, default=None, help="GRPO passes per round")
+    sim.add_argument("--beta", type=float, default=None, help="KL coefficient")
+    sim.add_argument("--system-prompt", default=None, help="reasoning-gym system prompt")
+    # nonzero_advantage on purpose: the SAPO paper's sharing arms drop zero-advantage groups;
+    # AgentConfig's own strategies are uniform. The choices are worker/shared/sampling.py's.
     sim.add_argument(
-        "--local-strategy", default="nonzero_advantage", choices=["uniform", "nonzero_advantage"]
+        "--local-strategy",
+        default="nonzero_advantage",
+        choices=["uniform", "nonzero_advantage"],
+        help="default: nonzero_advantage, as the SAPO paper's sharing arms",
     )
     sim.add_argument(
-        "--external-strategy", default="nonzero_advantage", choices=["uniform", "nonzero_advantage"]
+        "--external-strategy",
+        default="nonzero_advantage",
+        choices=["uniform", "nonzero_advantage"],
+        help="default: nonzero_advantage",
     )
     sim.add_argument("--checkpoint-dir", type=Path, default=None)
-    sim.add_argument("--checkpoint-every", type=int, default=0)
+    sim.add_argument("--checkpoint-every", type=int, default=None, help="rounds; 0: never")
     sim.add_argument(
         "--backend",
-        choices=["auto", "transformers", "vllm"],
-        default="transformers",
+        choices=["auto", "transformers", "vllm"],  # worker/engine/generation/select.py's BACKENDS
+        default=None,
         help="generation backend of every agent (vllm: one engine per agent, synced after each step)",
     )
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -307,40 +372,65 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
 
+    # The study's defaults are StudyConfig's (full, and quick_config's with --quick).
+    full, quick = StudyConfig(), StudyConfig.quick_config()
+
+    def either(name: str) -> str:
+        return f"default {getattr(full, name)}; --quick {getattr(quick, name)}"
+
     study = sub.add_parser(
         "study", help="run the SAPO table study (6 arms x seeds); resumable, results after every cell"
     )
-    study.add_argument("--quick", action="store_true", help="a smoke test: 2 agents, 2 rounds, 2 seeds, G 2")
+    study.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke test: {quick.agents} agents, {quick.rounds} rounds, {len(quick.seeds)} seeds, "
+        f"G {quick.group_size}",
+    )
     study.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="results JSON (default: docs/experiments/sapo-table-cpu.json; --quick: a temp dir)",
+        help=f"results JSON (default: {DEFAULT_OUT}; --quick: a temp dir)",
     )
-    study.add_argument("--seeds", type=int, default=None, help="number of seeds (default 6; --quick 2)")
+    study.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help=f"number of seeds (default {len(full.seeds)}; --quick {len(quick.seeds)})",
+    )
     study.add_argument("--first-seed", type=int, default=0)
-    study.add_argument("--rounds", type=int, default=None, help="rounds per cell (default 25; --quick 2)")
-    study.add_argument("--agents", type=int, default=None, help="agents per cell (default 8; --quick 2)")
-    study.add_argument("--group-size", type=int, default=None, help="G (default 8; --quick 2)")
-    study.add_argument("--max-new-tokens", type=int, default=None, help="default 16; --quick 4")
-    study.add_argument("--tier", default=None, help="default tiny-1m")
-    study.add_argument("--tasks", default=None, help="task preset (default cpu)")
+    study.add_argument("--rounds", type=int, default=None, help=f"rounds per cell ({either('rounds')})")
+    study.add_argument("--agents", type=int, default=None, help=f"agents per cell ({either('agents')})")
+    study.add_argument("--group-size", type=int, default=None, help=f"G ({either('group_size')})")
+    study.add_argument("--max-new-tokens", type=int, default=None, help=either("max_new_tokens"))
+    study.add_argument("--tier", default=None, help=f"default {full.tier}")
+    study.add_argument("--tasks", default=None, help=f"task preset (default {full.tasks})")
     study.add_argument("--lr", type=float, default=None, help="default: the tier's")
-    study.add_argument("--num-iterations", type=int, default=None, help="GRPO passes per round (default 1)")
+    study.add_argument(
+        "--num-iterations",
+        type=int,
+        default=None,
+        help=f"GRPO passes per round (default {full.num_iterations})",
+    )
     study.add_argument("--arms", default=None, help="comma-separated subset of the six arms (default all)")
     study.add_argument(
         "--jobs",
         type=int,
         default=None,
-        help="processes, one torch thread each (default: 2, or 1 on one core)",
+        help=f"processes, one torch thread each (default: min(2, CPUs), {DEFAULT_JOBS} here; --quick 1)",
     )
     study.add_argument("-v", "--verbose", action="store_true", help="a line per round")
     study.set_defaults(func=cmd_study)
 
-    report = sub.add_parser("study-report", help="write the SAPO table study's report and plots")
-    report.add_argument("results", type=Path, nargs="?", default=Path("docs/experiments/sapo-table-cpu.json"))
+    report = sub.add_parser(
+        "study-report",
+        help="write the SAPO table study's report and plots",
+        formatter_class=_formatter(REPORT_DEFAULTS),
+    )
+    report.add_argument("results", type=Path, nargs="?", default=DEFAULT_OUT)
     report.add_argument("--out", type=Path, default=None, help="markdown path (default: the JSON's, .md)")
-    report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    report.add_argument("--resamples", type=int, default=None, help="bootstrap resamples")
     report.set_defaults(func=cmd_study_report)
     return parser
 
