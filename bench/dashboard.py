@@ -215,7 +215,7 @@ async def live_latency(base: str, campaign, secret: str, reports: int) -> list[f
     """Worker report (websocket) -> aggregated point on a dashboard socket, per round."""
     import websockets
 
-    from tests.test_coordinator_protocol import honest_rollouts
+    from tests.coordinator.test_protocol import honest_rollouts
     from tests.wsclient import RawSession
 
     mix = campaign.settings.mix
