@@ -60,7 +60,7 @@ def verified_rewards(
 
     Same formula (reasoning-gym's ``score_answer`` on the extracted answer, plus the format
     weight when answer tags are present), but the dataset and the entry are looked up once per
-    question instead of once per completion. tests/test_coordinator_protocol.py checks that
+    question instead of once per completion. tests/coordinator/test_protocol.py checks that
     the two agree.
     """
     spec = mix.spec(ref.task)

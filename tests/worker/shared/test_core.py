@@ -189,7 +189,10 @@ def test_rollout_round_trips_and_rejects_bad_records():
         (broken(rewards=[1.0]), "rollout.rewards"),
         (broken(rewards=[1.0, float("nan")]), r"rollout.rewards\[1\]"),
         (broken(completions="text"), "rollout.completions"),
-        (broken(completions=["x" * 40_000, "y"]), r"rollout.completions\[0\]: expected `str` of length <= 32000"),
+        (
+            broken(completions=["x" * 40_000, "y"]),
+            r"rollout.completions\[0\]: expected `str` of length <= 32000",
+        ),
         (broken(truncated=[0, 1]), "rollout.truncated"),
         (broken(ref={"task": "chain_sum", "seed": 1}), "rollout.ref"),
         (broken(round=-1), "rollout.round"),
@@ -210,7 +213,9 @@ def test_protocol_reference_in_docs_is_generated_from_the_code():
     from worker.shared.protocol import render_docs
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
-    assert render_docs() in doc, "regenerate: python -m worker.shared.protocol, then paste into docs/protocol.md"
+    assert render_docs() in doc, (
+        "regenerate: python -m worker.shared.protocol, then paste into docs/protocol.md"
+    )
 
 
 def test_protocol_parse_is_bounded_and_names_the_field():
@@ -224,8 +229,18 @@ def test_protocol_parse_is_bounded_and_names_the_field():
     # (frame, code, words in the message, the request id the error answers)
     cases = [
         (deep, ErrorCode.INVALID_MESSAGE, "nested too deeply", None),  # its id is as deep to read
-        ('{"type": "lease_request", "id": "r", "round": ' + "7" * 5000 + "}", ErrorCode.INVALID_MESSAGE, "out of range", "r"),
-        ('{"type": "lease_request", "id": "r", "round": 1.5}', ErrorCode.INVALID_MESSAGE, "field 'round'", "r"),
+        (
+            '{"type": "lease_request", "id": "r", "round": ' + "7" * 5000 + "}",
+            ErrorCode.INVALID_MESSAGE,
+            "out of range",
+            "r",
+        ),
+        (
+            '{"type": "lease_request", "id": "r", "round": 1.5}',
+            ErrorCode.INVALID_MESSAGE,
+            "field 'round'",
+            "r",
+        ),
         ('{"type": "teleport", "id": "r"}', ErrorCode.UNKNOWN_TYPE, "teleport", "r"),
         ('{"type": "heartbeat", "id": "r", "x": 1}', ErrorCode.INVALID_MESSAGE, "unknown fields ['x']", "r"),
         ("[]", ErrorCode.MALFORMED_JSON, "JSON object", None),
