@@ -56,6 +56,33 @@ def test_transitions_follow_the_state_machine(db):
     assert campaign.state == Campaign.State.STOPPED and campaign.failure_reason == ""
 
 
+def test_the_actions_each_state_allows_are_the_ones_the_lifecycle_performs(db, staff):
+    """lifecycle.ACTIONS is the one definition of the state machine: for every stored state and
+    action, the action succeeds exactly when allowed_actions() lists it, and the campaign page
+    serves that table to the dashboard's script (which shows the buttons from it)."""
+    perform = {
+        "launch": lambda c: lifecycle.launch(c, enqueue=False),
+        "pause": lifecycle.pause,
+        "resume": lifecycle.resume,
+        "stop": lifecycle.stop,
+    }
+    assert set(perform) == set(lifecycle.ACTIONS)
+    for state in Campaign.State.values:
+        for action, run in perform.items():
+            campaign = make_campaign(state=state, controls=ControlsConfig(False, False, 0))
+            try:
+                run(campaign)
+                performed = True
+            except lifecycle.LifecycleError:
+                performed = False
+            assert performed == (action in lifecycle.allowed_actions(state)), (state, action)
+    paused = make_campaign(state=Campaign.State.PAUSED)
+    page = staff.get(reverse("campaign-detail", args=[paused.pk]))
+    config = page.context["page_config"]
+    assert config["actions_by_state"] == lifecycle.actions_by_state()
+    assert config["actions_by_state"]["paused"] == ["resume", "stop"]
+
+
 def test_the_buttons_move_the_campaign_and_say_so(staff):
     campaign = make_campaign(controls=ControlsConfig(False, False, 0))
     response = staff.post(reverse("campaign-launch", args=[campaign.pk]), follow=True)
