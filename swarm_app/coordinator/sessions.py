@@ -45,15 +45,23 @@ def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, d
     hardware = fields["hardware"]
     with transaction.atomic():
         node = WorkerNode.objects.select_for_update().filter(campaign=campaign, node_id=node_id).first()
-        if node is not None:
+        created = False
+        if node is None:
+            tier, reason = assign_tier(campaign.settings.tiers, hardware, fields.get("preferred_tier"))
+            # Insert-or-get: concurrent first hellos of one node id all land here; the unique
+            # (campaign, node_id) index lets one insert win and the others read its row
+            # (get_or_create retries the read after the IntegrityError, inside a savepoint).
+            node, created = WorkerNode.objects.get_or_create(
+                campaign=campaign, node_id=node_id, defaults={"token": token, "tier": tier}
+            )
+            if not created:
+                node = WorkerNode.objects.select_for_update().get(pk=node.pk)
+        if not created:
             if node.token_id != token.pk:
                 raise ProtocolError(ErrorCode.INVALID_TOKEN, "this node id is registered with another token")
             if node.state == WorkerNode.State.BANNED:
                 raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
             tier, reason = node.tier, "resumed with the tier it was assigned"
-        else:
-            tier, reason = assign_tier(campaign.settings.tiers, hardware, fields.get("preferred_tier"))
-            node = WorkerNode(campaign=campaign, node_id=node_id, token=token, tier=tier)
         node.hardware = hardware
         node.backend = ",".join(fields["backends"])
         node.client_version = fields["client_version"]

@@ -428,6 +428,26 @@ def test_concurrent_submissions_of_one_lease_store_it_once(ready, campaign):
     assert WorkerNode.objects.get(node_id="node-a").accepted_submissions == 1
 
 
+def test_concurrent_first_hellos_of_one_node_register_it_once(ready, campaign):
+    """Many connections say hello for one never-seen node id at the same moment (a volunteer's
+    worker restarted while its old sockets linger, or a client retrying): every hello is
+    welcomed, and exactly one node exists (the one-node-per-campaign constraint never surfaces
+    as internal_error)."""
+    connections = 12
+
+    async def race():
+        sessions = [await RawSession.open(ready["url"]) for _ in range(connections)]
+        replies = await asyncio.gather(*(s.hello(ready["token"], "node-fresh") for s in sessions))
+        for s in sessions:
+            await s.close()
+        return replies
+
+    replies = run(race())
+    assert [r["type"] for r in replies] == ["welcome"] * connections, replies
+    assert {r["node_id"] for r in replies} == {"node-fresh"}
+    assert WorkerNode.objects.filter(campaign=campaign, node_id="node-fresh").count() == 1
+
+
 def test_coordinator_scoring_and_records_match_the_worker_definitions():
     """The coordinator's faster re-scoring and pool records equal worker.shared.rewards and to_json."""
     from swarm_app.coordinator.submissions import pool_record, verified_rewards
