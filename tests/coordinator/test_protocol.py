@@ -208,13 +208,26 @@ def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):
         expect_error(await s.request("lease_request", round=0, extra=1), "invalid_message", "unknown fields")
         expect_error(await s.request("teleport"), "unknown_type", "teleport")
         expect_error(
-            await s.request("metrics", round=0, metrics={"loss": "high"}), "invalid_message", "expected `float`"
+            await s.request("metrics", round=0, metrics={"loss": "high"}),
+            "invalid_message",
+            "expected `float`",
         )
         # Bounded parsing: deep nesting and integers of thousands of digits are refused, not crashed on.
         deep = '{"type": "metrics", "round": 0, "metrics": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"
         expect_error(await s.send_raw(deep), "invalid_message", "field 'metrics[...]'")
         digits = '{"type": "lease_request", "round": ' + "9" * 5000 + "}"
         expect_error(await s.send_raw(digits), "invalid_message", "out of range")
+        # Text PostgreSQL cannot store (NUL) is refused at the boundary, in any field.
+        expect_error(
+            await s.request("metrics", round=0, metrics={"lo\x00ss": 1.0}), "invalid_message", "U+0000"
+        )
+        nul_hello = await RawSession.open(ready["url"])
+        expect_error(
+            await nul_hello.hello(ready["token"], "node-nul", client_version="1\x00"),
+            "invalid_message",
+            "U+0000",
+        )
+        await nul_hello.close()
         huge = encode("heartbeat")[:-1] + ', "pad": "' + "x" * (MAX_MESSAGE_BYTES + 10) + '"}'
         expect_error(await s.send_raw(huge), "message_too_large", "exceeds")
         # the connection survives every one of them

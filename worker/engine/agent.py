@@ -90,7 +90,9 @@ class Agent:
         reward_config = RewardConfig(cfg.format_weight)
         groups: list[_LocalGroup] = []
         for question, prompt, group in zip(lease.questions, prompts, samples, strict=True):
-            texts = [s.text for s in group]
+            # U+0000 cannot be stored (the coordinator refuses it, docs/protocol.md): a model that
+            # emits it shares U+FFFD instead, scored as shared, so claim and verification agree.
+            texts = [s.text.replace("\x00", "\ufffd") for s in group]
             claimed = rewards(self.mix, question.ref, texts, reward_config)
             rollout = Rollout(
                 ref=question.ref,

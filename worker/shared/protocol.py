@@ -18,6 +18,7 @@ answers with the highest one both support, or an ``unsupported_version`` error.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Union
@@ -289,6 +290,14 @@ _DECODERS = {
 }
 
 
+# A JSON escape of U+0000 (an odd run of backslashes before "u0000"). PostgreSQL's text and
+# jsonb cannot store NUL, so every string field would fail at the INSERT: refused at the
+# boundary instead, the same on both database backends. (Raw control characters and lone
+# surrogates are not valid JSON and msgspec refuses them already.)
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_NUL_ESCAPE_BYTES = re.compile(_NUL_ESCAPE.pattern.encode())
+
+
 class _IdOnly(Struct):
     id: Any = None
 
@@ -319,6 +328,9 @@ def parse(raw: str | bytes, direction: str) -> Message:
         raise ProtocolError(
             ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}"
         )
+    if (_NUL_ESCAPE_BYTES if isinstance(raw, bytes) else _NUL_ESCAPE).search(raw) is not None:
+        nul = ProtocolError(ErrorCode.INVALID_MESSAGE, "text must not contain U+0000 (NUL)")
+        raise _with_id(nul, raw)
     try:
         decoded = _DECODERS[direction].decode(raw)
     except msgspec.ValidationError as error:

@@ -244,6 +244,7 @@ def test_protocol_parse_is_bounded_and_names_the_field():
         ('{"type": "teleport", "id": "r"}', ErrorCode.UNKNOWN_TYPE, "teleport", "r"),
         ('{"type": "heartbeat", "id": "r", "x": 1}', ErrorCode.INVALID_MESSAGE, "unknown fields ['x']", "r"),
         ("[]", ErrorCode.MALFORMED_JSON, "JSON object", None),
+        ('{"type": "heartbeat", "id": "r\\u0000"}', ErrorCode.INVALID_MESSAGE, "U+0000", "r\x00"),
         ('{"type": "heartbeat", "id": "\\ud800"}', ErrorCode.MALFORMED_JSON, "not valid JSON", None),
     ]
     for raw, code, words, request_id in cases:
