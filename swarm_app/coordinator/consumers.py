@@ -25,6 +25,7 @@ from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(__name__)
+UNEXPECTED_LOG_SECONDS = 60.0  # a connection's internal errors log one traceback per window
 
 FATAL = {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
 CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, ErrorCode.BANNED: 4003}
@@ -113,10 +114,19 @@ class WorkerConsumer(AsyncWebsocketConsumer):
             if error.code in FATAL:
                 await self.close(code=CLOSE_CODES.get(error.code, 4000))
         except Exception:
-            log.exception("worker message failed")
+            self._log_unexpected()
             await self.send(
                 protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
             )
+
+    def _log_unexpected(self) -> None:
+        """A bug's traceback, at most once a minute per connection (each says how many failed so
+        far): a client that finds a failing input must not fill the disks at its message rate."""
+        now = time.monotonic()
+        self.unexpected = getattr(self, "unexpected", 0) + 1
+        if now - getattr(self, "unexpected_logged_at", -UNEXPECTED_LOG_SECONDS) >= UNEXPECTED_LOG_SECONDS:
+            self.unexpected_logged_at = now
+            log.exception("worker message failed (%d on this connection so far)", self.unexpected)
 
     async def dispatch_message(self, message: protocol.Message) -> tuple[str, dict[str, Any]]:
         if message.type == "hello":
