@@ -84,8 +84,14 @@ def make_campaign(name: str):
     from swarm_app.coordinator.tokens import create_token
     from worker.shared.campaign import CampaignConfig
 
+    # max_new_tokens covers the canned completions' claimed 120 tokens (the coordinator bounds them).
     config = CampaignConfig(
-        group_size=G, questions_per_round=QUESTIONS, num_local=4, num_external=4, rounds=10**6
+        group_size=G,
+        questions_per_round=QUESTIONS,
+        num_local=4,
+        num_external=4,
+        rounds=10**6,
+        max_new_tokens=128,
     )
     campaign = Campaign.objects.create(
         name=name, state=Campaign.State.RUNNING, config=config.validate().to_json()

@@ -278,6 +278,15 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             raise ProtocolError(
                 ErrorCode.LEASE_MISMATCH, f"rollouts[{i}]: agent, tier and round must be this node's lease's"
             )
+        # A claim the coordinator can bound: no completion is longer than the campaign lets a
+        # worker generate (the pool keeps the counts; they are never shown as a measured fact).
+        longest = max(rollout.completion_tokens)
+        if longest > config.max_new_tokens:
+            raise ProtocolError(
+                ErrorCode.LEASE_MISMATCH,
+                f"rollouts[{i}].completion_tokens: {longest} tokens, but the campaign's "
+                f"max_new_tokens is {config.max_new_tokens}",
+            )
 
     mix = config.mix
     reward_config = RewardConfig(config.format_weight)

@@ -289,6 +289,14 @@ def test_submissions_that_lie_or_misdirect_are_rejected(ready, campaign):
             await s.request("submit", submission_id="s4", lease_id=lease_a["lease_id"], rollouts=reordered),
             "lease_mismatch",
         )
+        # token counts no worker of this campaign could have generated (max_new_tokens bounds them)
+        inflated = honest_rollouts(lease_a, "node-a", "tiny-1m", mix)
+        inflated[0]["completion_tokens"][0] = 10**15
+        expect_error(
+            await s.request("submit", submission_id="s5", lease_id=lease_a["lease_id"], rollouts=inflated),
+            "lease_mismatch",
+            "max_new_tokens",
+        )
         await s.close()
 
     run(session())
