@@ -19,7 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from swarm_app.campaigns.broadcast import worker_group
-from swarm_app.coordinator import leases, pool, sessions, submissions
+from swarm_app.coordinator import groups, leases, pool, sessions, submissions
 from swarm_app.coordinator.models import WorkerNode
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
@@ -89,7 +89,8 @@ class WorkerConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.node is not None:
-            await self.channel_layer.group_discard(worker_group(self.node.campaign_id), self.channel_name)
+            for group in self._groups():
+                await self.channel_layer.group_discard(group, self.channel_name)
             await db(sessions.disconnected)(self.node)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -145,8 +146,19 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         }
         node, welcome = await db(sessions.hello)(fields, limits)
         self.node = node
-        await self.channel_layer.group_add(worker_group(node.campaign_id), self.channel_name)
+        for group in self._groups():
+            await self.channel_layer.group_add(group, self.channel_name)
         return welcome
+
+    def _groups(self) -> list[str]:
+        """The groups a welcomed connection joins: state pushes, and the ends of its token's and
+        its node's sessions (a revocation, a ban)."""
+        assert self.node is not None
+        return [
+            worker_group(self.node.campaign_id),
+            groups.token_group(self.node.token_id),
+            groups.node_group(self.node.pk),
+        ]
 
     async def on_lease_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         return "lease", await db(leases.issue_lease)(self.node, fields["round"])
@@ -181,6 +193,12 @@ class WorkerConsumer(AsyncWebsocketConsumer):
     async def on_release(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         await db(leases.release)(self.node, fields["lease_id"])
         return "release_ack", {"lease_id": fields["lease_id"]}
+
+    async def session_end(self, event: dict[str, Any]) -> None:
+        """Group event: this connection's token was revoked or its node banned (sessions.end_sessions)."""
+        code = ErrorCode(event["code"])
+        await self.send(protocol.error(code, event["message"]))
+        await self.close(code=CLOSE_CODES.get(code, 4000))
 
     async def campaign_state(self, event: dict[str, Any]) -> None:
         """Group event from the web UI: the organizer paused, resumed or stopped the campaign."""

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
-from swarm_app.coordinator.models import Lease, WorkerNode
+from swarm_app.coordinator.models import Lease, WorkerNode, WorkerToken
 from swarm_app.coordinator.sql import bump
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
@@ -72,6 +72,7 @@ class LeaseRequestView:
     campaign_state: str
     config: CampaignConfig
     node_state: str
+    token_revoked: bool  # the node's token, revoked since this connection's hello
     held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
     any_waiting: bool
 
@@ -81,19 +82,28 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         (row,) = sql.fetch(
             sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
         )
-        name, state, config, node_state, held_id, held_deadline, held_refs, any_waiting = row
+        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, any_waiting = row
         held = (held_id, held_deadline, json.loads(held_refs)) if held_id is not None else None
-        return LeaseRequestView(name, state, settings_from_text(config), node_state, held, any_waiting)
+        return LeaseRequestView(
+            name, state, settings_from_text(config), node_state, revoked, held, any_waiting
+        )
     held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)
     campaign = Campaign.objects.annotate(
         held_pk=Subquery(held_leases.values("pk")[:1]),
         any_waiting=Exists(Lease.objects.filter(_waiting(now), campaign_id=OuterRef("pk"))),
         node_state=Subquery(WorkerNode.objects.filter(pk=node.pk).values("state")[:1]),
+        token_revoked=Exists(WorkerToken.objects.filter(pk=node.token_id, revoked_at__isnull=False)),
     ).get(pk=node.campaign_id)
     held_lease = Lease.objects.filter(pk=campaign.held_pk).first() if campaign.held_pk else None
     held = (held_lease.lease_id, held_lease.deadline, held_lease.questions) if held_lease else None
     return LeaseRequestView(
-        campaign.name, campaign.state, campaign.settings, campaign.node_state, held, campaign.any_waiting
+        campaign.name,
+        campaign.state,
+        campaign.settings,
+        campaign.node_state,
+        campaign.token_revoked,
+        held,
+        campaign.any_waiting,
     )
 
 
@@ -110,6 +120,10 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
     view = _view(node, round, now)
     if view.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
+    if view.token_revoked:  # a connection opened before the revocation (its push may have been lost)
+        raise ProtocolError(
+            ErrorCode.TOKEN_REVOKED, "this node's token was revoked by the campaign's organizer"
+        )
     if view.campaign_state != Campaign.State.RUNNING:
         raise ProtocolError(
             ErrorCode.CAMPAIGN_NOT_RUNNING, f"campaign {view.campaign_name!r} is {view.campaign_state}"

@@ -101,7 +101,7 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
 # cost that grows with the campaign's age (bench/coordinator.py's lease_ratio watches it).
 
 LEASE_VIEW = """
-SELECT c.name, c.state, c.config::text, n.state,
+SELECT c.name, c.state, c.config::text, n.state, t.revoked_at IS NOT NULL,
        held.lease_id, held.deadline, held.questions::text,
        EXISTS (SELECT 1 FROM coordinator_lease w
                WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
@@ -109,6 +109,7 @@ SELECT c.name, c.state, c.config::text, n.state,
                   WHERE w.campaign_id = c.id AND w.state = 'active' AND w.deadline < %(now)s)
 FROM campaigns_campaign c
 JOIN coordinator_workernode n ON n.id = %(node)s
+JOIN coordinator_workertoken t ON t.id = n.token_id
 LEFT JOIN LATERAL (
     SELECT lease_id, deadline, questions FROM coordinator_lease
     WHERE node_id = %(node)s AND round = %(round)s AND state = 'active' AND deadline >= %(now)s

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
+from swarm_app.coordinator.groups import end_sessions, node_group
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.sql import bump
 from worker.shared.advantages import group_advantages
@@ -231,6 +232,9 @@ def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: 
             message += (
                 f"; {rejected} rejected submissions reached the limit of {threshold}: this node is banned"
             )
+            # Its other connections (a second socket of the same node) end too, wherever they are.
+            banned = f"node {node.node_id} was banned for submitting false rewards"
+            transaction.on_commit(lambda: end_sessions(node_group(node.pk), ErrorCode.BANNED, banned))
         else:
             message += f" ({rejected} of {threshold} rejected submissions allowed before a ban)"
     return ProtocolError(code, message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from django.db import transaction
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
@@ -45,6 +46,12 @@ def authenticate(secret: str) -> WorkerToken:
 
 
 def revoke(token: WorkerToken) -> None:
+    """Revoke ``token``: new hellos are refused, and its live connections are closed (error
+    ``token_revoked``, close code 4001) within a second, on every ASGI server."""
+    from swarm_app.coordinator.groups import end_sessions, token_group
+
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+    message = f"token {token.prefix}… was revoked by the campaign's organizer"
+    transaction.on_commit(lambda: end_sessions(token_group(token.pk), ErrorCode.TOKEN_REVOKED, message))

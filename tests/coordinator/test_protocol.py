@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import timedelta
 
 import pytest
+import websockets
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import create_token, revoke
 from tests.wsclient import RawSession
 from worker.shared.advantages import group_advantages
@@ -255,6 +257,48 @@ def test_bad_and_revoked_tokens_are_refused(ready, campaign):
     assert not WorkerNode.objects.filter(node_id="node-c").exists()
 
 
+def test_revoking_a_token_ends_its_live_sessions_within_a_second(ready, campaign):
+    """Connections that said hello before the revocation are told and closed (4001) at once, on
+    the server that holds them (through the channel layer); new hellos are refused."""
+    token = WorkerToken.objects.get(campaign=campaign)
+
+    async def session():
+        a, b = await connected(ready, "node-a"), await connected(ready, "node-b")
+        started = time.monotonic()
+        await asyncio.to_thread(revoke, token)
+        ended = []
+        for s in (a, b):
+            pushed = json.loads(await asyncio.wait_for(s.ws.recv(), timeout=5))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(s.ws.recv(), timeout=5)
+            ended.append((pushed, closed.value.rcvd.code, time.monotonic() - started))
+        return ended
+
+    for pushed, code, seconds in run(session()):
+        expect_error(pushed, "token_revoked", "revoked")
+        assert code == 4001
+        assert seconds < 1.0, f"the session ended {seconds:.2f} s after the revocation"
+
+
+def test_a_revocation_whose_push_was_lost_still_stops_leases(ready, campaign):
+    """Without the channel layer's push (here: the row updated behind the coordinator's back), the
+    live connection's next lease request is refused with token_revoked and the socket closed."""
+
+    async def session():
+        s = await connected(ready, "node-a")
+        await asyncio.to_thread(
+            WorkerToken.objects.filter(campaign=campaign).update, revoked_at=timezone.now()
+        )
+        reply = await s.request("lease_request", round=1)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(s.ws.recv(), timeout=5)
+        return reply, closed.value.rcvd.code
+
+    reply, code = run(session())
+    expect_error(reply, "token_revoked")
+    assert code == 4001
+
+
 def test_submissions_that_lie_or_misdirect_are_rejected(ready, campaign):
     mix = ready["mix"]
     lease_a, lease_b = ready["leases"]["node-a"], ready["leases"]["node-b"]
@@ -372,21 +416,18 @@ def test_a_node_over_the_ban_threshold_leaves_the_pool(ready, campaign):
                     "submit", submission_id=f"lie-{attempt}", lease_id=lease["lease_id"], rollouts=false
                 )
             )
-        # The ban holds on the connection it happened on, too: an honest submission for the
-        # same lease is refused (and the socket closed: banned is fatal).
-        after_ban = await s.request(
-            "submit",
-            submission_id="honest-after-ban",
-            lease_id=lease["lease_id"],
-            rollouts=honest_rollouts(lease, "node-a", "tiny-1m", mix),
-        )
-        await s.close()
-        return replies, after_ban
+        # The ban ends the node's sessions: this one (and any other of the node) is told so and
+        # closed with 4003, without another request.
+        pushed = json.loads(await asyncio.wait_for(s.ws.recv(), timeout=5))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(s.ws.recv(), timeout=5)
+        return replies, pushed, closed.value.rcvd.code
 
-    replies, after_ban = run(cheat())
+    replies, pushed, close_code = run(cheat())
     assert [r["code"] for r in replies] == ["reward_mismatch"] * 3
     assert "banned" in replies[-1]["message"]
-    expect_error(after_ban, "banned")
+    expect_error(pushed, "banned")
+    assert close_code == 4003
     node = WorkerNode.objects.get(node_id="node-a")
     assert node.state == WorkerNode.State.BANNED
     assert not PoolRollout.objects.filter(node=node, in_pool=True).exists()
