@@ -35,6 +35,7 @@ from worker.shared.protocol import ErrorCode
 
 EXAMPLES = int(os.environ.get("SWARM_FUZZ_EXAMPLES", "300"))
 DOCUMENTED_CLOSES = {1000, 1009, 4000, 4001, 4003}
+FATAL_CODES = {"invalid_token", "token_revoked", "banned", "unsupported_version"}  # answer, then close
 ERROR_CODES = {code.value for code in ErrorCode} - {ErrorCode.INTERNAL.value}
 
 json_values = st.recursive(
@@ -53,6 +54,7 @@ def valid_frames(token: str) -> dict[str, dict[str, Any]]:
     """One well-formed frame of each worker message type (what a real worker might send)."""
     return {
         "hello": {"type": "hello", "id": "h", **hello_fields(token, "fuzz-node")},
+        "hello_unknown_token": {"type": "hello", "id": "h", **hello_fields("swt_no-such-token", "fuzz-b")},
         "lease_request": {"type": "lease_request", "id": "l", "round": 0},
         "sample_request": {"type": "sample_request", "id": "s", "round": 0, "count": 4},
         "metrics": {"type": "metrics", "id": "m", "round": 0, "metrics": {"reward": 0.5, "loss": 0.1}},
@@ -151,11 +153,22 @@ def test_fuzzed_frames_get_documented_answers_and_change_nothing(fuzz_server):
             state["session"] = s
         return state["session"]
 
-    async def exchange(frame: str | bytes) -> dict[str, Any] | None:
+    async def exchange(frame: str | bytes, fresh: bool) -> dict[str, Any] | None:
+        if fresh:  # the frame is the connection's first: hellos are really processed
+            if state["session"] is not None:
+                await state["session"].close()
+            state["session"] = await RawSession.open(base)
         s = await session()
         try:
             await s.ws.send(frame)
-            return json.loads(await asyncio.wait_for(s.ws.recv(), timeout=30))
+            reply = json.loads(await asyncio.wait_for(s.ws.recv(), timeout=30))
+            if reply.get("type") == "error" and reply.get("code") in FATAL_CODES:
+                with pytest.raises(websockets.ConnectionClosed) as closed:  # then the close, with its code
+                    await asyncio.wait_for(s.ws.recv(), timeout=30)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code in DOCUMENTED_CLOSES, reply
+                state["session"] = None
+                state["closes"] += 1
+            return reply
         except websockets.ConnectionClosed as closed:
             state["session"] = None
             state["closes"] += 1
@@ -169,10 +182,10 @@ def test_fuzzed_frames_get_documented_answers_and_change_nothing(fuzz_server):
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(frame=frames(token))
-    def one_frame(frame: str | bytes) -> None:
+    @given(frame=frames(token), fresh=st.integers(0, 3).map(lambda n: n == 0))
+    def one_frame(frame: str | bytes, fresh: bool) -> None:
         before = stored_state(campaign)
-        reply = loop.run_until_complete(exchange(frame))
+        reply = loop.run_until_complete(exchange(frame, fresh))
         state["tried"] += 1
         if reply is None:
             return
