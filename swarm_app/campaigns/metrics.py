@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -18,19 +17,9 @@ from django.db.models import Avg
 
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Arm, ControlRun, RoundMetrics
-from worker.shared.protocol import MAX_METRIC_KEY_CHARS, MAX_METRIC_KEYS, ErrorCode, ProtocolError
+from worker.shared.protocol import ErrorCode, ProtocolError, clean_metrics
 
 log = logging.getLogger(__name__)
-
-
-def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """A control's own metrics as stored: finite numbers under the protocol's key limits (what
-    the protocol's schema already guarantees for a worker's report)."""
-    cleaned = {}
-    for key, value in list(metrics.items())[:MAX_METRIC_KEYS]:
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            cleaned[str(key)[:MAX_METRIC_KEY_CHARS]] = float(value)
-    return cleaned
 
 
 def broadcast(campaign_id: int, row: RoundMetrics) -> None:

@@ -81,6 +81,8 @@ def db(function: Callable[..., Any]) -> Callable[..., Any]:
 
 class WorkerConsumer(AsyncWebsocketConsumer):
     node: WorkerNode | None = None
+    unexpected = 0  # internal errors on this connection
+    unexpected_logged_at = float("-inf")  # when the last traceback was logged
 
     async def connect(self) -> None:
         self.node = None
@@ -124,8 +126,8 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         """A bug's traceback, at most once a minute per connection (each says how many failed so
         far): a client that finds a failing input must not fill the disks at its message rate."""
         now = time.monotonic()
-        self.unexpected = getattr(self, "unexpected", 0) + 1
-        if now - getattr(self, "unexpected_logged_at", -UNEXPECTED_LOG_SECONDS) >= UNEXPECTED_LOG_SECONDS:
+        self.unexpected += 1
+        if now - self.unexpected_logged_at >= UNEXPECTED_LOG_SECONDS:
             self.unexpected_logged_at = now
             log.exception("worker message failed (%d on this connection so far)", self.unexpected)
 

@@ -28,8 +28,8 @@ def end_sessions(group: str, code: ErrorCode, message: str) -> None:
     layer): each gets an ``error`` with ``code`` and the socket closes with its documented code.
 
     Best effort, after the database says so: with the channel layer down the connections stay
-    open, but every request they make is refused by the same rule (the token or the node is
-    read from the database on each lease and submission)."""
+    open, but the database holds the same rule: a banned node's lease requests and submissions
+    and a revoked token's lease requests are refused (leases.py, submissions.py)."""
     layer = get_channel_layer()
     if layer is None:
         return

@@ -42,22 +42,6 @@ from worker.shared.rollout import Rollout
 log = logging.getLogger(__name__)
 
 
-def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Finite numbers only (JSON has no NaN), string keys, small enough for the protocol."""
-    cleaned: dict[str, float] = {}
-    size = 2  # "{}"
-    for key, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            continue
-        name, number = str(key)[:100], float(value)
-        entry = len(json.dumps({name: number})) - 2 + 2  # "k": v plus ", "
-        if size + entry > 8000:  # the protocol's limit on the metrics object; the rest is dropped
-            break
-        cleaned[name] = number
-        size += entry
-    return cleaned
-
-
 def _question(item: protocol.LeaseQuestion) -> Question:
     """A leased question (validated by the protocol's parse) as the engine's :class:`Question`."""
     return Question(item.ref, item.question, item.answer, item.metadata)
@@ -136,7 +120,7 @@ class WebsocketTransport(Connection):
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
             self.update_hello(generation_tokens_per_second=float(speed))
         try:
-            self._call(self._request("metrics", {"round": round, "metrics": clean_metrics(metrics)}))
+            self._call(self._request("metrics", {"round": round, "metrics": protocol.clean_metrics(metrics)}))
         except (RequestError, CampaignFinished) as error:
             log.warning("round %d: metrics not recorded (%s)", round, error)
 

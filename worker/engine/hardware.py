@@ -6,41 +6,26 @@ The same facts feed `swarm-worker doctor` (advice for the volunteer) and the hel
 
 from __future__ import annotations
 
-import os
-import platform
-import shutil
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.shared.hardware import GIB, Hardware, total_ram_bytes, vllm_importable
+from worker.shared.hardware import GIB, Hardware, cpu_host
 
 
 def detect(data_dir: Path) -> Hardware:
+    """:func:`~worker.shared.hardware.cpu_host`'s facts, with the device torch sees."""
     import torch
 
+    host = cpu_host(data_dir)
     if torch.cuda.is_available():
-        device = "cuda"
         props = torch.cuda.get_device_properties(0)
-        device_name, vram = props.name, int(props.total_memory)
+        host = dataclasses.replace(host, device="cuda", device_name=props.name, vram_bytes=int(props.total_memory))
     elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        device, device_name, vram = "mps", "Apple GPU", 0
-    else:
-        device, device_name, vram = "cpu", platform.processor() or platform.machine(), 0
-    data_dir.mkdir(parents=True, exist_ok=True)
-    backends = ["transformers"] + (["vllm"] if vllm_importable() else [])
-    return Hardware(
-        device=device,
-        device_name=device_name,
-        vram_bytes=vram,
-        ram_bytes=total_ram_bytes(),
-        cpu_count=os.cpu_count() or 1,
-        disk_free_bytes=shutil.disk_usage(data_dir).free,
-        backends=backends,
-        python=platform.python_version(),
-        torch=str(torch.__version__),  # a str subclass (TorchVersion), which msgspec does not encode
-        os=f"{platform.system()} {platform.release()}",
-    )
+        host = dataclasses.replace(host, device="mps", device_name="Apple GPU")
+    # str(): torch's version is a str subclass (TorchVersion), which msgspec does not encode
+    return dataclasses.replace(host, torch=str(torch.__version__))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def vllm_importable() -> bool:
 def cpu_host(data_dir: Path) -> Hardware:
     """This machine as a CPU-only worker would report it, without importing torch: the
     coordinator uses it to check that its local workers can run a campaign's tiers (a tier
-    that fits the CPU fits any device)."""
+    that fits the CPU fits any device); the worker's own detection adds the device to it
+    (worker/engine/hardware.py)."""
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     return Hardware(

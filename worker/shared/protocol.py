@@ -18,6 +18,7 @@ answers with the highest one both support, or an ``unsupported_version`` error.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -98,14 +99,25 @@ class ProtocolError(ValueError):
         self.request_id: str | None = None  # the offending message's id, when it had a valid one
 
 
+def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """``metrics`` as a report may carry them: finite numbers only (JSON has no NaN; booleans
+    are not metrics), string keys cut to MAX_METRIC_KEY_CHARS, at most MAX_METRIC_KEYS of them
+    (the rest dropped). The worker cleans its report with it; the coordinator its controls'."""
+    cleaned: dict[str, float] = {}
+    for key, value in metrics.items():
+        if len(cleaned) == MAX_METRIC_KEYS:
+            break
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            cleaned[str(key)[:MAX_METRIC_KEY_CHARS]] = float(value)
+    return cleaned
+
+
 # --- the messages --------------------------------------------------------------------------------
 # Field types with their bounds; `Meta(description=...)` becomes the docs' field description.
 
 RequestId = Annotated[str, Meta(max_length=64)]
 Round = Annotated[int, Meta(ge=0, le=MAX_ROUND)]
-Count = Annotated[
-    int, Meta(ge=0, le=MAX_ROLLOUTS_PER_MESSAGE)
-]
+Count = Annotated[int, Meta(ge=0, le=MAX_ROLLOUTS_PER_MESSAGE)]
 ShortText = Annotated[str, Meta(max_length=200)]
 Object = dict[str, Any]
 # A hello's hardware: flat facts (worker/shared/hardware.py), never nested.

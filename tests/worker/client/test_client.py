@@ -44,12 +44,12 @@ from worker.client.identity import (
     save_stats,
     valid_node_id,
 )
-from worker.client.transport import WebsocketTransport, clean_metrics
+from worker.client.transport import WebsocketTransport
 from worker.client.volunteer import checkpoint_interval, run_worker
 from worker.engine.transport import Lease
 from worker.shared import protocol
 from worker.shared.campaign import CampaignConfig
-from worker.shared.protocol import ErrorCode
+from worker.shared.protocol import ErrorCode, clean_metrics
 from worker.shared.questions import QuestionRef, question, ref_at
 from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
