@@ -6,18 +6,28 @@ from swarm_app.coordinator.tokens import create_token, revoke
 
 @admin.register(WorkerToken)
 class WorkerTokenAdmin(admin.ModelAdmin):
-    list_display = ("prefix", "label", "campaign", "created_at", "revoked_at")
-    list_filter = ("campaign",)
-    readonly_fields = ("token_hash", "prefix", "created_at", "revoked_at")
+    list_display = ("prefix", "label", "campaign", "created_at", "revoked_at", "ban_scope", "banned_at")
+    list_filter = ("campaign", "ban_scope")
+    readonly_fields = ("token_hash", "prefix", "created_at", "revoked_at", "banned_at", "ban_reason")
     actions = ["revoke_tokens"]
-    fields = ("campaign", "label", "prefix", "token_hash", "created_at", "revoked_at")
+    fields = (
+        "campaign",
+        "label",
+        "ban_scope",
+        "prefix",
+        "token_hash",
+        "created_at",
+        "revoked_at",
+        "banned_at",
+        "ban_reason",
+    )
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
         # A new token: generate the secret, show it once, store only its digest.
-        token, secret = create_token(obj.campaign, obj.label)
+        token, secret = create_token(obj.campaign, obj.label, obj.ban_scope)
         obj.pk = token.pk
         obj.token_hash, obj.prefix, obj.created_at = token.token_hash, token.prefix, token.created_at
         self.message_user(request, f"Worker token (shown once, copy it now): {secret}", messages.WARNING)

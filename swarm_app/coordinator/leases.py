@@ -92,6 +92,7 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         held_pk=Subquery(held_leases.values("pk")[:1]),
         any_waiting=Exists(Lease.objects.filter(_waiting(now), campaign_id=OuterRef("pk"))),
         node_state=Subquery(WorkerNode.objects.filter(pk=node.pk).values("state")[:1]),
+        token_banned=Exists(WorkerToken.objects.filter(pk=node.token_id, banned_at__isnull=False)),
         token_revoked=Exists(WorkerToken.objects.filter(pk=node.token_id, revoked_at__isnull=False)),
     ).get(pk=node.campaign_id)
     held_lease = Lease.objects.filter(pk=campaign.held_pk).first() if campaign.held_pk else None
@@ -100,7 +101,7 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         campaign.name,
         campaign.state,
         campaign.settings,
-        campaign.node_state,
+        WorkerNode.State.BANNED if campaign.token_banned else campaign.node_state,
         campaign.token_revoked,
         held,
         campaign.any_waiting,

@@ -8,7 +8,17 @@ from swarm_app.campaigns.models import Campaign
 
 
 class WorkerToken(models.Model):
-    """A secret a volunteer's worker presents at hello. Only its SHA-256 is stored."""
+    """A secret a volunteer's worker presents at hello. Only its SHA-256 is stored.
+
+    ``ban_scope`` is the organizer's choice, made when the token is created: whether a ban of one
+    of its nodes (too many false rewards) bans the token (every node registered with it, and any
+    node id it would register later: one volunteer cannot come back under a new node id) or only
+    that node (a token shared by several volunteers, so that one liar does not cut off the rest).
+    """
+
+    class BanScope(models.TextChoices):
+        TOKEN = "token", "the token and all its nodes"
+        NODE = "node", "only the node that lied (a token shared by several volunteers)"
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="tokens")
     label = models.CharField(max_length=120, blank=True)
@@ -16,6 +26,14 @@ class WorkerToken(models.Model):
     prefix = models.CharField(max_length=12, help_text="first characters, to recognise a token")
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    ban_scope = models.CharField(
+        max_length=8,
+        choices=BanScope.choices,
+        default=BanScope.TOKEN,
+        help_text="what a ban of one of this token's nodes bans",
+    )
+    banned_at = models.DateTimeField(null=True, blank=True)
+    ban_reason = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.label or 'unlabelled'})"
@@ -23,6 +41,10 @@ class WorkerToken(models.Model):
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def banned(self) -> bool:
+        return self.banned_at is not None
 
 
 class WorkerNode(models.Model):

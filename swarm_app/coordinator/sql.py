@@ -100,8 +100,12 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
 # planner was seen (on a table with small statistics) to read every lease of the campaign, a
 # cost that grows with the campaign's age (bench/coordinator.py's lease_ratio watches it).
 
+# A node whose token is banned counts as banned, whatever its own row says: a node registered in
+# the moment of its token's ban (a hello that read the token just before) is refused too.
+_NODE_STATE = "CASE WHEN t.banned_at IS NOT NULL THEN 'banned' ELSE n.state END"
+
 LEASE_VIEW = """
-SELECT c.name, c.state, c.config::text, n.state, t.revoked_at IS NOT NULL,
+SELECT c.name, c.state, c.config::text, {NODE_STATE}, t.revoked_at IS NOT NULL,
        held.lease_id, held.deadline, held.questions::text,
        EXISTS (SELECT 1 FROM coordinator_lease w
                WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
@@ -116,18 +120,19 @@ LEFT JOIN LATERAL (
     ORDER BY id LIMIT 1
 ) held ON true
 WHERE c.id = %(campaign)s
-"""
+""".replace("{NODE_STATE}", _NODE_STATE)
 
 SUBMISSION_VIEW = """
 SELECT l.id, l.lease_id, l.node_id, l.state, l.deadline, l.round, l.questions::text, l.submission_id,
-       l.ack::text, l.campaign_id, c.name, c.config::text, n.state
+       l.ack::text, l.campaign_id, c.name, c.config::text, {NODE_STATE}
 FROM coordinator_lease l
 JOIN campaigns_campaign c ON c.id = l.campaign_id
 JOIN coordinator_workernode n ON n.id = %(node)s
+JOIN coordinator_workertoken t ON t.id = n.token_id
 WHERE l.lease_id = %(lease_id)s
    OR (l.node_id = %(node)s AND l.submission_id = %(submission_id)s AND l.submission_id <> '')
 LIMIT 2
-"""
+""".replace("{NODE_STATE}", _NODE_STATE)
 
 INSERT_LEASE = """
 INSERT INTO coordinator_lease (lease_id, campaign_id, node_id, round, state, questions, issued_at,

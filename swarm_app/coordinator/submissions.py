@@ -10,7 +10,7 @@ Order of checks, cheapest first, and what each costs the worker:
    and every claimed reward equals the verifier's (``reward_mismatch``).
 
 Failures of 4 count against the node; at the campaign's ``ban_threshold`` the node is banned and
-its rollouts leave the pool. Nothing else changes on any failure. On success the rollouts enter
+its rollouts leave the pool; by its token's ``ban_scope``, the token too (bans.py). Nothing else changes on any failure. On success the rollouts enter
 the pool with the coordinator's rewards and advantages, in one transaction with the lease.
 
 Cost (this is the coordinator's hottest path; bench/coordinator.py measures it): one read for
@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
-from swarm_app.coordinator.groups import end_sessions, node_group
+from swarm_app.coordinator.bans import ban_node
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.sql import bump
 from worker.shared.advantages import group_advantages
@@ -134,7 +134,9 @@ def _find_leases(node: WorkerNode, submission_id: str, lease_id: str) -> list[Le
     found = Lease.objects.select_related("campaign").filter(
         Q(lease_id=lease_id) | Q(node_id=node.pk, submission_id=submission_id)
     )[:2]
-    state = WorkerNode.objects.values_list("state", flat=True).get(pk=node.pk)
+    state, token_banned = WorkerNode.objects.values_list("state", "token__banned_at").get(pk=node.pk)
+    if token_banned is not None:  # as sql._NODE_STATE
+        state = WorkerNode.State.BANNED
     return [
         LeaseView(
             row.pk,
@@ -222,19 +224,13 @@ def _store(
 
 
 def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: str) -> ProtocolError:
-    """Count a false submission against the node; ban it at the threshold."""
+    """Count a false submission against the node; ban it at the threshold (bans.py)."""
     with transaction.atomic():
         rejected = bump(WorkerNode, node.pk, "rejected_submissions", 1)
         threshold = config.ban_threshold
         if rejected >= threshold:
-            WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.BANNED, connected=False)
-            PoolRollout.objects.filter(node=node).update(in_pool=False)
-            message += (
-                f"; {rejected} rejected submissions reached the limit of {threshold}: this node is banned"
-            )
-            # Its other connections (a second socket of the same node) end too, wherever they are.
-            banned = f"node {node.node_id} was banned for submitting false rewards"
-            transaction.on_commit(lambda: end_sessions(node_group(node.pk), ErrorCode.BANNED, banned))
+            told = ban_node(node, f"submitted {rejected} false rewards (the limit is {threshold})")
+            message += f"; {told}"
         else:
             message += f" ({rejected} of {threshold} rejected submissions allowed before a ban)"
     return ProtocolError(code, message)

@@ -23,11 +23,19 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_token(campaign: Campaign, label: str = "") -> tuple[WorkerToken, str]:
-    """A new token for ``campaign``; returns it with the secret, which is never stored."""
+def create_token(
+    campaign: Campaign, label: str = "", ban_scope: str = WorkerToken.BanScope.TOKEN
+) -> tuple[WorkerToken, str]:
+    """A new token for ``campaign``; returns it with the secret, which is never stored.
+
+    ``ban_scope``: what a ban of one of its nodes bans (WorkerToken.BanScope)."""
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = WorkerToken.objects.create(
-        campaign=campaign, label=label, token_hash=digest(secret), prefix=secret[: len(TOKEN_PREFIX) + 6]
+        campaign=campaign,
+        label=label,
+        token_hash=digest(secret),
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        ban_scope=WorkerToken.BanScope(ban_scope),
     )
     return token, secret
 
@@ -41,6 +49,11 @@ def authenticate(secret: str) -> WorkerToken:
     if token.revoked:
         raise ProtocolError(
             ErrorCode.TOKEN_REVOKED, f"token {token.prefix}… was revoked on {token.revoked_at:%Y-%m-%d}"
+        )
+    if token.banned:
+        raise ProtocolError(
+            ErrorCode.BANNED,
+            f"token {token.prefix}… was banned on {token.banned_at:%Y-%m-%d}: {token.ban_reason}",
         )
     return token
 

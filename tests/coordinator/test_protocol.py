@@ -16,76 +16,13 @@ from django.utils import timezone
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import create_token, revoke
+from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, run, stored_state
 from tests.wsclient import RawSession
 from worker.shared.advantages import group_advantages
-from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import MAX_MESSAGE_BYTES, encode
-from worker.shared.questions import QuestionRef, TaskMix
+from worker.shared.questions import TaskMix
 from worker.shared.rewards import rewards
 from worker.shared.rollout import Rollout
-
-G = 4
-
-
-@pytest.fixture
-def campaign(transactional_db) -> Campaign:
-    config = CampaignConfig(group_size=G, questions_per_round=2, num_local=2, num_external=2, rounds=10)
-    return Campaign.objects.create(
-        name="protocol", state=Campaign.State.RUNNING, config=config.validate().to_json()
-    )
-
-
-@pytest.fixture
-def token(campaign) -> str:
-    return create_token(campaign, "test")[1]
-
-
-def honest_rollouts(lease: dict, node_id: str, tier: str, mix: TaskMix) -> list[dict]:
-    """One group per leased question: half right answers, half wrong, truthfully scored."""
-    records = []
-    for q in lease["questions"]:
-        ref = QuestionRef.from_json(q["ref"])
-        answer = q["answer"] or q["metadata"].get("example_answer", "")
-        completions = [f"<answer>{answer}</answer>", "<answer>wrong</answer>"] * (G // 2)
-        records.append(
-            Rollout(
-                ref=ref,
-                question=q["question"],
-                answer=q["answer"],
-                metadata=q["metadata"],
-                completions=completions,
-                rewards=rewards(mix, ref, completions),
-                advantages=[0.0] * G,
-                agent_id=node_id,
-                tier=tier,
-                round=lease["round"],
-                completion_tokens=[5] * G,
-                truncated=[False] * G,
-            ).to_json()
-        )
-    return records
-
-
-def stored_state(campaign: Campaign) -> dict:
-    """Everything a bad message must not change (counters excluded)."""
-    return {
-        "rollouts": sorted(
-            PoolRollout.objects.filter(campaign=campaign).values_list("rollout_id", "in_pool")
-        ),
-        "leases": sorted(
-            Lease.objects.filter(campaign=campaign).values_list("lease_id", "state", "submission_id")
-        ),
-        "metrics": sorted(
-            RoundMetrics.objects.filter(campaign=campaign).values_list("agent", "round", "reward")
-        ),
-        "campaign": Campaign.objects.filter(pk=campaign.pk).values_list(
-            "next_question_position", "rollout_sequence"
-        )[0],
-    }
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
@@ -166,36 +103,6 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
     assert Campaign.objects.filter(pk=campaign.pk).values_list(
         "next_question_position", "rollout_sequence"
     ).get() == (4, 4)
-
-
-@pytest.fixture
-def ready(coordinator, campaign, token):
-    """Two nodes with a lease each; returns what the bad-input tests need."""
-
-    async def setup():
-        sessions = {}
-        leases = {}
-        for name in ("node-a", "node-b"):
-            s = await RawSession.open(coordinator)
-            assert (await s.hello(token, name))["type"] == "welcome"
-            leases[name] = await s.request("lease_request", round=0)
-            await s.close()
-        return sessions, leases
-
-    _, leases = run(setup())
-    return {"url": coordinator, "token": token, "leases": leases, "mix": campaign.settings.mix}
-
-
-async def connected(ready, name="node-a") -> RawSession:
-    s = await RawSession.open(ready["url"])
-    assert (await s.hello(ready["token"], name))["type"] == "welcome"
-    return s
-
-
-def expect_error(reply: dict, code: str, words: str = "") -> None:
-    assert reply["type"] == "error", reply
-    assert reply["code"] == code, reply
-    assert words.lower() in reply["message"].lower(), reply
 
 
 def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):
@@ -393,55 +300,6 @@ def test_replayed_and_late_submissions(ready, campaign):
     after = stored_state(campaign)
     assert after["rollouts"] == after_first["rollouts"]
     assert Lease.objects.get(lease_id=lease_b["lease_id"]).state == Lease.State.REISSUED
-
-
-def test_a_node_over_the_ban_threshold_leaves_the_pool(ready, campaign):
-    mix = ready["mix"]
-    lease_a = ready["leases"]["node-a"]
-
-    async def cheat():
-        s = await connected(ready)
-        ok = await s.request(
-            "submit",
-            submission_id="honest",
-            lease_id=lease_a["lease_id"],
-            rollouts=honest_rollouts(lease_a, "node-a", "tiny-1m", mix),
-        )
-        assert ok["type"] == "submit_ack"
-        lease = await s.request("lease_request", round=1)
-        replies = []
-        for attempt in range(3):
-            false = honest_rollouts(lease, "node-a", "tiny-1m", mix)
-            false[0]["rewards"] = [1.0] * G
-            replies.append(
-                await s.request(
-                    "submit", submission_id=f"lie-{attempt}", lease_id=lease["lease_id"], rollouts=false
-                )
-            )
-        # The ban ends the node's sessions: this one (and any other of the node) is told so and
-        # closed with 4003, without another request.
-        pushed = json.loads(await asyncio.wait_for(s.ws.recv(), timeout=5))
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(s.ws.recv(), timeout=5)
-        return replies, pushed, closed.value.rcvd.code
-
-    replies, pushed, close_code = run(cheat())
-    assert [r["code"] for r in replies] == ["reward_mismatch"] * 3
-    assert "banned" in replies[-1]["message"]
-    expect_error(pushed, "banned")
-    assert close_code == 4003
-    node = WorkerNode.objects.get(node_id="node-a")
-    assert node.state == WorkerNode.State.BANNED
-    assert not PoolRollout.objects.filter(node=node, in_pool=True).exists()
-    assert PoolRollout.objects.filter(node=node).count() == 2  # kept for audit, out of the pool
-
-    async def comeback():
-        s = await RawSession.open(ready["url"])
-        reply = await s.hello(ready["token"], "node-a")
-        await s.close()
-        return reply
-
-    expect_error(run(comeback()), "banned")
 
 
 def test_version_negotiation_and_tier_assignment(ready, campaign):

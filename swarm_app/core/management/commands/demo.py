@@ -149,6 +149,7 @@ class Command(BaseCommand):
         from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
         from swarm_app.campaigns.local_workers import model_cache
         from swarm_app.campaigns.models import Campaign
+        from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
         from worker.shared.campaign import cpu_demo_config
         from worker.shared.tiers import is_built, tier
@@ -189,7 +190,8 @@ class Command(BaseCommand):
         campaign = Campaign.objects.create(
             name=f"cpu-demo {time.strftime('%Y-%m-%d %H:%M')}", config=config.to_json()
         )
-        _, secret = create_token(campaign, "demo local workers")
+        # One token for several local worker processes: a ban holds for the lying node only.
+        _, secret = create_token(campaign, "demo local workers", WorkerToken.BanScope.NODE)
 
         children = Children(demo_dir)
         port = opts["port"]

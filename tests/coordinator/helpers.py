@@ -1,0 +1,75 @@
+"""What the coordinator's protocol tests share: honest rollouts for a lease, the stored state a
+refused request must leave unchanged, and small session helpers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from swarm_app.campaigns.models import Campaign, RoundMetrics
+from swarm_app.coordinator.models import Lease, PoolRollout
+from tests.wsclient import RawSession
+from worker.shared.questions import QuestionRef, TaskMix
+from worker.shared.rewards import rewards
+from worker.shared.rollout import Rollout
+
+G = 4  # completions per question in the protocol tests' campaign
+
+
+def honest_rollouts(lease: dict, node_id: str, tier: str, mix: TaskMix) -> list[dict]:
+    """One group per leased question: half right answers, half wrong, truthfully scored."""
+    records = []
+    for q in lease["questions"]:
+        ref = QuestionRef.from_json(q["ref"])
+        answer = q["answer"] or q["metadata"].get("example_answer", "")
+        completions = [f"<answer>{answer}</answer>", "<answer>wrong</answer>"] * (G // 2)
+        records.append(
+            Rollout(
+                ref=ref,
+                question=q["question"],
+                answer=q["answer"],
+                metadata=q["metadata"],
+                completions=completions,
+                rewards=rewards(mix, ref, completions),
+                advantages=[0.0] * G,
+                agent_id=node_id,
+                tier=tier,
+                round=lease["round"],
+                completion_tokens=[5] * G,
+                truncated=[False] * G,
+            ).to_json()
+        )
+    return records
+
+
+def stored_state(campaign: Campaign) -> dict:
+    """Everything a bad message must not change (counters excluded)."""
+    return {
+        "rollouts": sorted(
+            PoolRollout.objects.filter(campaign=campaign).values_list("rollout_id", "in_pool")
+        ),
+        "leases": sorted(
+            Lease.objects.filter(campaign=campaign).values_list("lease_id", "state", "submission_id")
+        ),
+        "metrics": sorted(
+            RoundMetrics.objects.filter(campaign=campaign).values_list("agent", "round", "reward")
+        ),
+        "campaign": Campaign.objects.filter(pk=campaign.pk).values_list(
+            "next_question_position", "rollout_sequence"
+        )[0],
+    }
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def connected(ready, name="node-a") -> RawSession:
+    s = await RawSession.open(ready["url"])
+    assert (await s.hello(ready["token"], name))["type"] == "welcome"
+    return s
+
+
+def expect_error(reply: dict, code: str, words: str = "") -> None:
+    assert reply["type"] == "error", reply
+    assert reply["code"] == code, reply
+    assert words.lower() in reply["message"].lower(), reply
