@@ -271,7 +271,10 @@ def throughput(clients: int, seconds: float, rounds: int, servers: int) -> tuple
             # the benchmark measures the server's capacity, so it must not be the bound.
             stack.enter_context(
                 asgi_server(
-                    logs / f"daphne-{i}.log", WORKER_RATE_PER_SECOND="1000000", WORKER_RATE_BURST="1000000"
+                    logs / f"daphne-{i}.log",
+                    WORKER_RATE_PER_SECOND="1000000",
+                    WORKER_RATE_BURST="1000000",
+                    SWARM_BENCH_ECHO="1",  # the echo baseline is served only when asked for
                 )
             ).replace("http", "ws", 1)
             for i in range(servers)

@@ -24,6 +24,8 @@ Environment variables (see platform/.env.example):
                      re-enqueued (default 30)
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
                      DB_POOL_MIN, DB_POOL_MAX size it
+    SWARM_BENCH_ECHO 1/0: serve the bare websocket echo /ws/echo/, the baseline of
+                     bench/coordinator.py (which sets it for the servers it starts; default 0)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -106,7 +109,26 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): the pages load only this site's own scripts, styles and
+# sockets; no inline script runs (page data travels in <script type="application/json">).
+# Inline styles stay allowed: plotly.js styles its charts with injected <style> elements.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 ROOT_URLCONF = "swarm_app.urls"
 ASGI_APPLICATION = "swarm_app.asgi.application"
@@ -249,6 +271,9 @@ WORKER_RATE_BURST = float(os.environ.get("WORKER_RATE_BURST", "60"))
 # The campaign form may start N `swarm-worker join` processes on this machine (demo coordinators;
 # off by default: a public coordinator must not run training jobs for whoever is staff).
 SWARM_ALLOW_LOCAL_WORKERS = env_bool("SWARM_ALLOW_LOCAL_WORKERS", False)
+# The bare websocket echo (swarm_app/core/consumers.py) exists only for benchmarks: anyone could
+# use it to make the server buffer and send megabytes.
+SWARM_BENCH_ECHO = env_bool("SWARM_BENCH_ECHO", False)
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -258,6 +283,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "/accounts/login/"
+# The header's links send ?next=<this page>; without one, login and logout land on the home page.
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

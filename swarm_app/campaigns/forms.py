@@ -116,51 +116,155 @@ def tier_problems(tiers: list[str], local_workers: int) -> list[str]:
     return problems
 
 
+def positive(value: float | None) -> None:
+    """A learning rate of 0 would train nothing: refused, not read as "the tier's default"."""
+    if value is not None and not value > 0:
+        raise forms.ValidationError("must be above 0 (leave it blank for each tier's default)")
+
+
 class CampaignForm(forms.Form):
-    name = forms.CharField(max_length=120)
+    name = forms.CharField(max_length=120, help_text="shown on the status page and the campaign's page")
     preset = forms.ChoiceField(choices=PRESET_CHOICES, required=False, widget=forms.HiddenInput)
     task_preset = forms.ChoiceField(
         label="Tasks",
         choices=[(name, f"preset: {name}") for name in TASK_PRESETS] + [(CUSTOM, "custom tasks (below)")],
+        help_text="a preset fills the task lines below; editing them makes the tasks custom",
     )
     custom_tasks = forms.CharField(
-        label="Custom tasks",
+        label="Task lines",
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 70}),
         help_text="One reasoning-gym task per line: name, weight, then its difficulty settings, "
-        "e.g. <code>chain_sum 1 min_digits=1 max_digits=2</code>.",
+        "e.g. <code>chain_sum 1 min_digits=1 max_digits=2</code>. A setting may be at most 10x "
+        "reasoning-gym's default for it. What is typed here is what is stored.",
     )
     tiers = forms.MultipleChoiceField(
-        label="Model tiers", choices=TIER_CHOICES, widget=forms.CheckboxSelectMultiple
+        label="Model tiers",
+        choices=TIER_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="one model size per tier: each tier's nodes train their own copy; the swarm is "
+        "compared with the isolated controls tier by tier",
     )
-    group_size = forms.IntegerField(label="G (completions per question)", min_value=2, max_value=64)
-    questions_per_round = forms.IntegerField(label="Questions per round", min_value=1, max_value=64)
-    num_local = forms.IntegerField(label="I (own rollouts trained on)", min_value=0, max_value=64)
-    num_external = forms.IntegerField(label="J (external rollouts trained on)", min_value=0, max_value=64)
-    local_strategy = forms.ChoiceField(label="Sampling of own rollouts", choices=STRATEGY_CHOICES)
-    external_strategy = forms.ChoiceField(label="Sampling of external rollouts", choices=STRATEGY_CHOICES)
-    rounds = forms.IntegerField(label="Rounds per node", min_value=1, max_value=100_000)
-    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1)
-    controls_isolated = forms.BooleanField(label="Plain isolated control (J = 0)", required=False)
+    group_size = forms.IntegerField(
+        label="G (completions per question)",
+        min_value=2,
+        max_value=64,
+        help_text="GRPO's group: a question's advantages are its completions' rewards against their mean",
+    )
+    questions_per_round = forms.IntegerField(
+        label="Questions per round",
+        min_value=1,
+        max_value=64,
+        help_text="a node's own questions each round; it answers each G times and shares them all",
+    )
+    num_local = forms.IntegerField(
+        label="I (own rollouts trained on)",
+        min_value=0,
+        max_value=64,
+        help_text="question groups of its own a node trains on per round (at most the questions per round)",
+    )
+    num_external = forms.IntegerField(
+        label="J (external rollouts trained on)",
+        min_value=0,
+        max_value=64,
+        help_text="question groups drawn from the pool (other nodes' rollouts) a node trains on per "
+        "round; J = 0 is isolated training. I + J is at least 1",
+    )
+    local_strategy = forms.ChoiceField(
+        label="Sampling of own rollouts",
+        choices=STRATEGY_CHOICES,
+        help_text="uniform: any of its groups; nonzero advantage: only groups whose completions "
+        "differ in reward (the others teach GRPO nothing)",
+    )
+    external_strategy = forms.ChoiceField(
+        label="Sampling of external rollouts",
+        choices=STRATEGY_CHOICES,
+        help_text="the same choice for the groups drawn from the pool",
+    )
+    rounds = forms.IntegerField(
+        label="Rounds per node",
+        min_value=1,
+        max_value=100_000,
+        help_text="a node stops after this many rounds; the campaign completes when nodes and controls have",
+    )
+    seed = forms.IntegerField(
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="seeds the question stream and the controls (control k uses seed + k): same seed, same questions",
+    )
+    controls_isolated = forms.BooleanField(
+        label="Plain isolated control (J = 0)",
+        required=False,
+        help_text="per tier, a node trained alone on I + J of its own groups, uniformly sampled (the paper's 8/0 arm)",
+    )
     controls_filtered = forms.BooleanField(
-        label="Filtered isolated control (J = 0, zero-advantage groups dropped)", required=False
+        label="Filtered isolated control (J = 0, zero-advantage groups dropped)",
+        required=False,
+        help_text="the same, keeping only groups with a nonzero advantage: what sharing is compared with fairly",
     )
-    control_seeds = forms.IntegerField(label="Control seeds per tier and arm", min_value=0, max_value=16)
+    control_seeds = forms.IntegerField(
+        label="Control seeds per tier and arm",
+        min_value=0,
+        max_value=16,
+        help_text="independent runs of each control, for an interval; each is a Celery task for the whole campaign",
+    )
     learning_rate = forms.FloatField(
-        label="Learning rate", required=False, min_value=0, help_text="blank: each tier's default"
+        label="Learning rate",
+        required=False,
+        validators=[positive],
+        help_text="above 0; blank: each tier's default (1e-4 for the tiny tiers, 1e-5 for Qwen)",
     )
-    eps_low = forms.FloatField(label="Clip ε low", min_value=0, max_value=0.99)
-    eps_high = forms.FloatField(label="Clip ε high", min_value=0, max_value=10)
-    num_iterations = forms.IntegerField(label="GRPO iterations per batch (μ)", min_value=1, max_value=16)
-    max_new_tokens = forms.IntegerField(label="Max new tokens", min_value=1, max_value=8192)
-    temperature = forms.FloatField(label="Sampling temperature", min_value=0.01, max_value=10)
-    public = forms.BooleanField(label="Public page (anyone may watch)", required=False)
-    launch_now = forms.BooleanField(label="Launch at once", required=False)
+    eps_low = forms.FloatField(
+        label="Clip ε low",
+        min_value=0,
+        max_value=0.99,
+        help_text="PPO-style clip of the probability ratio below 1 - ε low (default 0.2)",
+    )
+    eps_high = forms.FloatField(
+        label="Clip ε high",
+        min_value=0,
+        max_value=10,
+        help_text="clip above 1 + ε high, at least ε low (default 0.28, DAPO's clip-higher)",
+    )
+    num_iterations = forms.IntegerField(
+        label="GRPO iterations per batch (μ)",
+        min_value=1,
+        max_value=16,
+        help_text="optimizer passes over each round's batch (default 1)",
+    )
+    max_new_tokens = forms.IntegerField(
+        label="Max new tokens",
+        min_value=1,
+        max_value=8192,
+        help_text="the longest completion; a longer answer is cut and scored as it stands",
+    )
+    temperature = forms.FloatField(
+        label="Sampling temperature",
+        min_value=0.01,
+        max_value=10,
+        help_text="of the completions (default 1.0): lower is less varied, fewer groups with an advantage",
+    )
+    public = forms.BooleanField(
+        label="Public page (anyone may watch)",
+        required=False,
+        help_text="off: only staff see the campaign; its page, API and socket are a 404 for others",
+    )
+    launch_now = forms.BooleanField(
+        label="Launch at once",
+        required=False,
+        help_text="otherwise it waits, pending, for the Launch button",
+    )
     allow_unseen_tiers = forms.BooleanField(
-        label="Allow tiers no worker seen lately can run (volunteers yet to come)", required=False
+        label="Allow tiers no worker seen lately can run (volunteers yet to come)",
+        required=False,
+        help_text="without it, a tier that none of the workers seen in the last 7 days can run is refused",
     )
     local_workers = forms.IntegerField(
-        label="Local workers to start on this machine", min_value=0, max_value=16, required=False
+        label="Local workers to start on this machine",
+        min_value=0,
+        max_value=16,
+        required=False,
+        help_text="swarm-worker processes for this campaign on the coordinator's machine (demo coordinators)",
     )
 
     def __init__(self, *args: Any, allow_local_workers: bool = False, **kwargs: Any) -> None:
@@ -211,58 +315,71 @@ class CampaignForm(forms.Form):
 
     # --- validation -------------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
+        """Every check whose fields are valid runs, so that all problems show at once, each next
+        to its field; CampaignConfig.validate() (which reports the first problem it meets) runs
+        last, on what passed the rest."""
         data = super().clean()
-        if self.errors:  # field errors first: the config cannot be built from bad fields
-            return data
-        # The batch checks of CampaignConfig.validate(), made here too so that they show beside
-        # a task error (validate() reports only the first problem it meets).
-        if data["num_local"] + data["num_external"] == 0:
-            self.add_error("num_local", "I + J must be at least 1: a node must train on something")
-        elif data["num_local"] > data["questions_per_round"]:
-            self.add_error(
-                "num_local", f"I cannot exceed the {data['questions_per_round']} questions per round"
-            )
-        tasks = self._tasks(data)
-        if tasks is None or self.errors:
-            return data
-        config = self._config(data, tasks)
-        if config is None:
-            return data
-        controls = config.controls
-        batch = config.num_local + config.num_external
-        if (
-            (controls.isolated or controls.filtered)
-            and controls.seeds > 0
-            and batch > config.questions_per_round
-        ):
-            self.add_error(
-                "num_external",
-                f"the isolated controls train on I + J = {batch} of their own rollouts, but a round "
-                f"has {config.questions_per_round} questions: lower I + J, raise the questions "
-                "per round, or turn the controls off",
-            )
-            return data
-        if data["eps_high"] < data["eps_low"]:
-            self.add_error("eps_high", "the upper clip ε must not be below the lower one")
-            return data
+        for field, message in self._cross_field_errors(data):
+            self.add_error(field, message)
+        tasks = self._tasks(data) if "task_preset" in data else None
         local = data.get("local_workers") or 0
-        if not data.get("allow_unseen_tiers") or local:
+        if "tiers" in data and (not data.get("allow_unseen_tiers") or local):
             for problem in tier_problems(data["tiers"], local):
                 self.add_error("tiers", problem)
-            if self.errors:
-                return data
-        self.config = config
+        if tasks is not None and not self.errors:
+            self.config = self._config(data, tasks)
         return data
 
+    @staticmethod
+    def _cross_field_errors(data: dict[str, Any]) -> list[tuple[str, str]]:
+        """(field, message) for each rule between settings that the valid fields break."""
+
+        def have(*names: str) -> bool:
+            return all(data.get(name) is not None for name in names)
+
+        errors = []
+        if have("num_local", "num_external") and data["num_local"] + data["num_external"] == 0:
+            errors.append(("num_local", "I + J must be at least 1: a node must train on something"))
+        if have("num_local", "questions_per_round") and data["num_local"] > data["questions_per_round"]:
+            errors.append(
+                ("num_local", f"I cannot exceed the {data['questions_per_round']} questions per round")
+            )
+        controls = (data.get("controls_isolated") or data.get("controls_filtered")) and data.get(
+            "control_seeds"
+        )
+        if controls and have("num_local", "num_external", "questions_per_round"):
+            batch = data["num_local"] + data["num_external"]
+            if batch > data["questions_per_round"]:
+                errors.append(
+                    (
+                        "num_external",
+                        f"the isolated controls train on I + J = {batch} of their own rollouts, but a "
+                        f"round has {data['questions_per_round']} questions: lower I + J, raise the "
+                        "questions per round, or turn the controls off",
+                    )
+                )
+        if have("eps_low", "eps_high") and data["eps_high"] < data["eps_low"]:
+            errors.append(("eps_high", "the upper clip ε must not be below the lower one"))
+        return errors
+
     def _tasks(self, data: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The task mix: the textarea is the one source of truth. With a preset chosen and its
+        lines left as they were, the preset's own tasks; lines that differ are custom tasks,
+        stored as typed (``task_preset`` becomes custom), never silently replaced."""
+        text = data.get("custom_tasks", "")
         if data["task_preset"] != CUSTOM:
-            return TASK_PRESETS[data["task_preset"]].to_json()
+            preset_tasks = TASK_PRESETS[data["task_preset"]].to_json()
+            if not text.strip() or text.strip() == tasks_to_text(preset_tasks):
+                return preset_tasks
         try:
-            tasks = parse_tasks(data.get("custom_tasks", ""))
-            TaskMix.from_json(tasks)
+            tasks = parse_tasks(text)
+            normalized = TaskMix.from_json(tasks).to_json()
         except (ValueError, TaskError) as error:
             self.add_error("custom_tasks", str(error))
             return None
+        if data["task_preset"] != CUSTOM and normalized == TASK_PRESETS[data["task_preset"]].to_json():
+            return normalized
+        data["task_preset"] = CUSTOM
         return tasks
 
     def _config(self, data: dict[str, Any], tasks: list[dict[str, Any]]) -> CampaignConfig | None:
@@ -275,7 +392,7 @@ class CampaignForm(forms.Form):
         for key in ("eps_low", "eps_high", "num_iterations", "temperature"):
             if key in base.grpo or data[key] != getattr(GRPO_DEFAULTS, key):
                 grpo[key] = data[key]
-        if data.get("learning_rate"):
+        if data.get("learning_rate") is not None:
             grpo["learning_rate"] = data["learning_rate"]
         values = {
             **base.to_json(),

@@ -135,6 +135,8 @@ class RoundMetrics(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "round metrics"
+        verbose_name_plural = "round metrics"  # one agent's metrics of one round; not "metricss"
         constraints = [
             models.UniqueConstraint(fields=["campaign", "agent", "round"], name="one_report_per_round")
         ]

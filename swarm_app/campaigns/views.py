@@ -23,10 +23,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from swarm_app.campaigns import dashboard, lifecycle, local_workers
-from swarm_app.campaigns.forms import CampaignForm, TokenForm
+from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
 from swarm_app.campaigns.models import Campaign
 from worker import __version__
 from worker.shared.campaign import CAMPAIGN_PRESETS
+from worker.shared.questions import PRESETS as TASK_PRESETS
 
 # The organizer's actions; which state allows which is lifecycle.ACTIONS (enforced there).
 ACTIONS: dict[str, Callable[[Campaign], object]] = {
@@ -67,7 +68,13 @@ def status(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "core/home.html",
-        {"version": __version__, "embedded": settings.EMBEDDED, "rows": rows, "totals": totals},
+        {
+            "version": __version__,
+            "embedded": settings.EMBEDDED,
+            "rows": rows,
+            "totals": totals,
+            "public_page": True,
+        },
     )
 
 
@@ -78,6 +85,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "campaigns/detail.html",
         {
             "campaign": campaign,
+            "public_page": campaign.public,
             "config": campaign.config,
             "is_staff": request.user.is_staff,
             "actions": list(lifecycle.ACTIONS),
@@ -118,7 +126,12 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "campaigns/new.html",
-        {"form": form, "presets": list(CAMPAIGN_PRESETS), "allow_local": allow_local},
+        {
+            "form": form,
+            "presets": list(CAMPAIGN_PRESETS),
+            "allow_local": allow_local,
+            "task_preset_lines": {name: tasks_to_text(mix.to_json()) for name, mix in TASK_PRESETS.items()},
+        },
     )
 
 

@@ -1,7 +1,8 @@
-"""A bare websocket echo endpoint.
+"""A bare websocket echo endpoint, routed only when settings.SWARM_BENCH_ECHO is on.
 
 It is the baseline that bench/coordinator.py measures the coordinator against (same ASGI
-server, same process, no work per message), and a probe that proxies pass websockets through.
+server, same process, no work per message), and a probe that proxies pass websockets through
+(start the servers behind the proxy with SWARM_BENCH_ECHO=1 for that check).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ its field, tiers no seen worker can run, local workers started from the form."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -121,7 +122,13 @@ INVALID = [
     ({"num_iterations": "0"}, "num_iterations", "greater than or equal to 1"),
     ({"temperature": "0"}, "temperature", "greater than or equal to 0.01"),
     ({"max_new_tokens": "0"}, "max_new_tokens", "greater than or equal to 1"),
-    ({"learning_rate": "-1"}, "learning_rate", "greater than or equal to 0"),
+    ({"learning_rate": "-1"}, "learning_rate", "must be above 0"),
+    ({"learning_rate": "0"}, "learning_rate", "must be above 0"),
+    (
+        {"task_preset": "custom", "custom_tasks": "chain_sum 1 max_digits=5000 max_terms=2000"},
+        "custom_tasks",
+        "max_digits=5000 is too large; at most 40",
+    ),
     ({"name": ""}, "name", "required"),
 ]
 
@@ -141,9 +148,61 @@ def test_each_validation_error_is_shown_next_to_its_field(staff, overrides, fiel
 def test_independent_errors_are_reported_together(staff):
     response = staff.post(
         reverse("campaign-new"),
-        form_data(num_local="0", num_external="0", task_preset="custom", custom_tasks="bogus 1"),
+        form_data(
+            num_local="0",
+            num_external="0",
+            eps_low="0.3",
+            eps_high="0.1",
+            task_preset="custom",
+            custom_tasks="bogus 1",
+            rounds="0",
+        ),
     )
-    assert field_errors(response, "num_local") and field_errors(response, "custom_tasks")
+    # Cross-field rules (I + J, ε order), a task error and a field's own bound, all at once.
+    assert field_errors(response, "num_local") == ["I + J must be at least 1: a node must train on something"]
+    assert field_errors(response, "eps_high") == ["the upper clip ε must not be below the lower one"]
+    assert field_errors(response, "custom_tasks") and field_errors(response, "rounds")
+
+
+def test_every_field_has_help_text(staff):
+    form = staff.get(reverse("campaign-new")).context["form"]
+    missing = [name for name, field in form.fields.items() if not field.help_text and name != "preset"]
+    assert not missing
+
+
+def test_edited_preset_lines_are_stored_as_typed(staff):
+    """With a preset chosen, lines that differ from it are custom tasks (never dropped); lines
+    left as the preset wrote them keep the preset."""
+    typed = "chain_sum 1 min_digits=1 max_digits=3"
+    response = staff.post(reverse("campaign-new"), form_data(task_preset="cpu", custom_tasks=typed))
+    assert response.status_code == 302, response.context["form"].errors
+    assert Campaign.objects.get().settings.tasks == [
+        {"name": "chain_sum", "weight": 1.0, "config": {"min_digits": 1, "max_digits": 3}}
+    ]
+    unchanged = (
+        staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"].initial["custom_tasks"]
+    )
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(name="kept", task_preset="cpu", custom_tasks=unchanged.replace("\n", "\r\n")),
+    )
+    assert response.status_code == 302
+    assert Campaign.objects.get(name="kept").settings.tasks == cpu_demo_config().tasks
+
+
+def test_too_large_task_settings_are_refused_quickly(staff):
+    started = time.perf_counter()
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(task_preset="custom", custom_tasks="chain_sum 1 max_digits=5000 max_terms=2000"),
+    )
+    elapsed = time.perf_counter() - started
+    assert "max_digits=5000 is too large" in field_errors(response, "custom_tasks")[0]
+    assert elapsed < 2.0, f"validation took {elapsed:.1f} s"
+    response = staff.post(
+        reverse("campaign-new"), form_data(task_preset="custom", custom_tasks="chain_sum 1 size=10")
+    )
+    assert "chosen by the coordinator" in field_errors(response, "custom_tasks")[0]
 
 
 def test_a_tier_no_seen_worker_can_run_is_refused_unless_allowed(staff):

@@ -11,6 +11,7 @@ Which task a stream position gets is drawn from the mix's weights with an RNG se
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
@@ -25,6 +26,18 @@ from reasoning_gym.factory import DATASETS
 # reasoning-gym datasets are indexable far past their nominal size (entry i is generated from
 # Random(seed + i)); the size only bounds iteration, so give it room for every question ever asked.
 DATASET_SIZE = 10**9
+
+# Bounds on a task's settings, so that an organizer's typo cannot make every lease (and the
+# validation itself) generate megabytes: a number may be at most SETTING_FACTOR times
+# reasoning-gym's own default for that setting (at least SETTING_FLOOR), a min_X setting at
+# most the bound of its max_X; a setting without a numeric default at most SETTING_CAP. The
+# first question is then generated and must stay under MAX_QUESTION_CHARS.
+SETTING_FACTOR = 10
+SETTING_FLOOR = 10
+SETTING_CAP = 1000
+MAX_SETTING_TEXT = 200  # characters of a text setting, items of a list setting
+MAX_QUESTION_CHARS = 8000
+COORDINATOR_SETTINGS = ("size", "seed")  # chosen by the coordinator for every question
 
 
 @dataclass(frozen=True)
@@ -72,12 +85,21 @@ class TaskMix:
         raise TaskError(f"task {name!r} is not in this mix ({', '.join(self.names)})")
 
     def validate_configs(self) -> None:
-        """Build each dataset once, so a bad config fails here with the task's name."""
+        """Check each task's settings against their bounds, then build its dataset and its first
+        question, so that a bad config fails here with the task's name. The cost is bounded: the
+        bounds are checked before anything is generated."""
         for task in self.tasks:
+            check_setting_bounds(task)
             try:
-                dataset_for(task.name, canonical_json(task.config), 0)
+                dataset = dataset_for(task.name, canonical_json(task.config), 0)
+                first = dataset[0]["question"]
             except Exception as error:  # reasoning-gym raises assorted errors for bad configs
                 raise TaskError(f"task {task.name!r}: invalid config {task.config}: {error}") from error
+            if len(first) > MAX_QUESTION_CHARS:
+                raise TaskError(
+                    f"task {task.name!r}: these settings make questions of {len(first):,} characters; "
+                    f"at most {MAX_QUESTION_CHARS:,} (a small model's context): lower them"
+                )
 
     def to_json(self) -> list[dict[str, Any]]:
         return [task.to_json() for task in self.tasks]
@@ -95,6 +117,52 @@ class TaskMix:
             )
         except (KeyError, TypeError, AttributeError) as error:
             raise TaskError(f"malformed task mix {data!r}: {error}") from error
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@lru_cache(maxsize=256)
+def setting_bounds(name: str) -> dict[str, float]:
+    """{setting: the largest magnitude allowed} for the numeric settings of task ``name``."""
+    config_class = DATASETS[name][1]
+    defaults: dict[str, Any] = {}
+    for item in dataclasses.fields(config_class):
+        if item.default is not dataclasses.MISSING:
+            defaults[item.name] = item.default
+        elif item.default_factory is not dataclasses.MISSING:
+            defaults[item.name] = item.default_factory()
+    bounds = {
+        key: max(SETTING_FACTOR * abs(value), SETTING_FLOOR) for key, value in defaults.items() if _number(value)
+    }
+    for key in list(bounds):
+        if key.startswith("min_") and f"max_{key[4:]}" in bounds:
+            bounds[key] = bounds[f"max_{key[4:]}"]
+    return bounds
+
+
+def check_setting_bounds(task: TaskSpec) -> None:
+    """Raise TaskError for a setting outside its bound (see SETTING_FACTOR)."""
+    bounds = setting_bounds(task.name)
+    for key, value in task.config.items():
+        if key in COORDINATOR_SETTINGS:
+            raise TaskError(f"task {task.name!r}: {key} is chosen by the coordinator, not a task setting")
+        if _number(value):
+            bound = bounds.get(key, SETTING_CAP)
+            if not abs(value) <= bound:  # also refuses NaN
+                raise TaskError(
+                    f"task {task.name!r}: {key}={value:g} is too large; at most {bound:g} for this "
+                    f"task ({SETTING_FACTOR}x reasoning-gym's default)"
+                    if key in bounds
+                    else f"task {task.name!r}: {key}={value:g} is too large; at most {bound:g}"
+                )
+        elif isinstance(value, str | list | tuple | dict) and len(value) > MAX_SETTING_TEXT:
+            raise TaskError(f"task {task.name!r}: {key} is too long; at most {MAX_SETTING_TEXT} items")
+        if isinstance(value, list | tuple) and any(
+            _number(item) and not abs(item) <= SETTING_CAP * SETTING_FACTOR for item in value
+        ):
+            raise TaskError(f"task {task.name!r}: {key} holds a number above {SETTING_CAP * SETTING_FACTOR:g}")
 
 
 PRESETS: dict[str, TaskMix] = {

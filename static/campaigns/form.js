@@ -1,0 +1,21 @@
+/* The campaign form: the task lines are the one source of truth. Choosing a preset writes its
+ * lines into the textarea; editing the lines so that they differ from the chosen preset's
+ * switches the choice to "custom tasks" (the server applies the same rule, with or without
+ * this script: what is typed is what is stored). */
+(function () {
+  "use strict";
+  const lines = JSON.parse(document.getElementById("task-preset-lines").textContent);
+  const choice = document.getElementById("id_task_preset");
+  const text = document.getElementById("id_custom_tasks");
+  if (!choice || !text) return;
+  const same = (a, b) => a.trim().replace(/\r\n/g, "\n") === b.trim();
+  choice.addEventListener("change", () => {
+    if (choice.value in lines) text.value = lines[choice.value];
+  });
+  text.addEventListener("input", () => {
+    if (choice.value in lines && !same(text.value, lines[choice.value])) choice.value = "custom";
+    else if (choice.value === "custom") {
+      for (const [name, preset] of Object.entries(lines)) if (same(text.value, preset)) choice.value = name;
+    }
+  });
+})();
