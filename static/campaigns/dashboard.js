@@ -13,14 +13,19 @@
   const LABELS = { swarm: "swarm", isolated: "isolated (J = 0)", filtered: "filtered isolated" };
   const COLORS = { swarm: "#2f6fde", isolated: "#d9822b", filtered: "#2a9d8f" };
   const BANDS = { swarm: "rgba(47,111,222,0.15)", isolated: "rgba(217,130,43,0.15)", filtered: "rgba(42,157,143,0.15)" };
-  const PLOT_CONFIG = { displaylogo: false, responsive: true };
+  // Titles are HTML headings above each chart and legends sit above the plot area, so neither
+  // can cover the other (nor an axis title) at any width; plotly's toolbar, which covered the
+  // titles, is off (drag zooms, a double-click resets).
+  const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
+  const LEGEND = { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" };
 
   const state = {
     step: 1,
     maxPoints: 500,
     tiers: [],
     series: {}, // tier -> arm -> {rows: [{round, mean, std, agents, cumulative}], base: n}
-    agents: {}, // agent -> {tier, round: [], reward: []}
+    agents: {}, // agent -> {tier, label, round: [], reward: []}
+    tables: null, // the last tables message: who works on which tier (the empty panels' words)
     pointsReceived: 0,
     lastPoint: null,
     firstPointAt: null, // ms since the epoch, when the first live point arrived
@@ -90,6 +95,19 @@
   }
 
   // --- charts -------------------------------------------------------------------------------
+  function chartBox(id, title) {
+    const box = el("figure", null, "chart-box");
+    box.appendChild(el("h4", title, "chart-title"));
+    const empty = el("p", "", "empty");
+    empty.id = id + "-empty";
+    box.appendChild(empty);
+    const chart = el("div", null, "chart");
+    chart.id = id;
+    chart.hidden = true;
+    box.appendChild(chart);
+    return box;
+  }
+
   function ensurePanels() {
     const container = document.getElementById("tiers");
     for (const tier of state.tiers) {
@@ -97,15 +115,32 @@
       const panel = el("div", null, "tier-panel");
       panel.appendChild(el("h3", tier));
       const row = el("div", null, "charts");
-      const reward = el("div", null, "chart");
-      reward.id = "reward-" + slug(tier);
-      const cumulative = el("div", null, "chart");
-      cumulative.id = "cumulative-" + slug(tier);
-      row.appendChild(reward);
-      row.appendChild(cumulative);
+      row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward (band ±1 std across agents)"));
+      row.appendChild(chartBox("cumulative-" + slug(tier), "Cumulative reward"));
       panel.appendChild(row);
       container.appendChild(panel);
     }
+  }
+
+  // Words instead of empty axes: why a tier has no curve yet.
+  function emptyMessage(tier) {
+    const t = state.tables;
+    if (t && t.campaign.state === "pending") return "Not launched yet: the curves start when the campaign runs.";
+    const workers = t ? t.workers.filter((w) => w.tier === tier).length : 0;
+    const controls = t ? t.controls.filter((c) => c.tier === tier).length : 0;
+    if (!workers && !controls) return "No workers yet on " + tier + ": volunteers join with a worker token.";
+    return "Waiting for the tier's model build and the first round: each worker builds or downloads " +
+      tier + " before it reports.";
+  }
+
+  // Show the chart (drawn by draw()) or the message; a chart is drawn only once it is visible.
+  function showChart(id, hasData, message, draw) {
+    const chart = document.getElementById(id);
+    const empty = document.getElementById(id + "-empty");
+    empty.textContent = message;
+    empty.hidden = hasData;
+    chart.hidden = !hasData;
+    if (hasData) draw();
   }
 
   function drawTier(tier) {
@@ -139,21 +174,23 @@
     for (const [agent, s] of Object.entries(state.agents)) {
       if (s.tier !== tier) continue;
       rewardTraces.push({
-        x: s.round, y: s.reward, mode: "lines", name: agent, line: { width: 1, dash: "dot" }, opacity: 0.8,
+        x: s.round, y: s.reward, mode: "lines", name: s.label, line: { width: 1, dash: "dot" }, opacity: 0.8,
+        meta: { agent: agent },
       });
     }
-    const layout = (title, y) => ({
-      title: { text: title, font: { size: 14 } },
-      margin: { l: 50, r: 10, t: 36, b: 40 },
+    const layout = (y) => ({
+      margin: { l: 50, r: 10, t: 10, b: 40 },
       xaxis: { title: { text: "round" } },
       yaxis: { title: { text: y } },
-      legend: { orientation: "h", y: -0.25 },
-      height: 320,
+      legend: LEGEND,
+      height: 300,
     });
-    Plotly.react("reward-" + slug(tier), rewardTraces,
-      layout(tier + ": mean verified reward (band ±1 std across agents)", "reward"), PLOT_CONFIG);
-    Plotly.react("cumulative-" + slug(tier), cumulativeTraces,
-      layout(tier + ": cumulative reward", "sum of per-round means"), PLOT_CONFIG);
+    const message = emptyMessage(tier);
+    const hasData = cumulativeTraces.length > 0;
+    showChart("reward-" + slug(tier), hasData, message,
+      () => Plotly.react("reward-" + slug(tier), rewardTraces, layout("reward"), PLOT_CONFIG));
+    showChart("cumulative-" + slug(tier), hasData, message,
+      () => Plotly.react("cumulative-" + slug(tier), cumulativeTraces, layout("sum of per-round means"), PLOT_CONFIG));
   }
 
   function drawAll() {
@@ -202,15 +239,24 @@
       nodes.push(el("dd", v));
     }
     dl.replaceChildren(...nodes);
-    const s = pool.series;
-    const mode = s.round.length < 60 ? "lines+markers" : "lines";
-    Plotly.react("pool-chart", [
-      { x: s.round, y: s.zero_advantage, mode: mode, name: "zero-advantage groups (swarm, generated)" },
-      { x: s.round, y: s.external, mode: mode, name: "external rollouts in trained batch" },
-    ], {
-      margin: { l: 40, r: 10, t: 10, b: 40 }, height: 220, yaxis: { range: [0, 1], tickformat: ".0%" },
-      xaxis: { title: { text: "round" } }, legend: { orientation: "h", y: -0.35 },
-    }, PLOT_CONFIG);
+    // One pair of lines per tier (their models differ, so do their shares): colour for the
+    // measure, dash for the tier.
+    const traces = [];
+    Object.entries(pool.series).forEach(([tier, s], i) => {
+      const mode = s.round.length < 60 ? "lines+markers" : "lines";
+      const dash = ["solid", "dash", "dot", "dashdot"][i % 4];
+      traces.push({ x: s.round, y: s.zero_advantage, mode: mode, name: tier + ": zero-advantage groups (generated)",
+        line: { color: COLORS.swarm, dash: dash } });
+      traces.push({ x: s.round, y: s.external, mode: mode, name: tier + ": external rollouts in the trained batch",
+        line: { color: COLORS.isolated, dash: dash } });
+    });
+    const hasData = traces.some((trace) => trace.x.length > 0);
+    showChart("pool-chart", hasData, "No swarm rounds yet: the shares start with the first report.", () =>
+      Plotly.react("pool-chart", traces, {
+        margin: { l: 50, r: 10, t: 10, b: 40 }, height: 280,
+        yaxis: { range: [0, 1], tickformat: ".0%", title: { text: "share of groups" } },
+        xaxis: { title: { text: "round" } }, legend: LEGEND,
+      }, PLOT_CONFIG));
   }
 
   function renderControls(controls) {
@@ -238,7 +284,7 @@
       const tr = el("tr");
       tr.dataset.agent = w.agent;
       tr.appendChild(el("td", w.node.slice(0, 12)));
-      tr.appendChild(el("td", w.state + (w.connected ? "" : " (disconnected)"), "state state-" + w.state));
+      tr.appendChild(el("td", w.status, "state state-" + w.status.split(" ")[0]));
       tr.appendChild(el("td", w.tier));
       tr.appendChild(el("td", w.hardware));
       tr.appendChild(el("td", w.backend));
@@ -281,6 +327,7 @@
   }
 
   function renderTables(t) {
+    state.tables = t;
     state.tiers = t.campaign.tiers;
     syncAgentOptions(t);
     renderState(t.campaign.state, t.campaign.failure_reason);
@@ -288,6 +335,12 @@
     renderPool(t.pool);
     renderControls(t.controls);
     renderWorkers(t.workers, t.worker_counts);
+    ensurePanels();
+    // Panels still empty get their words updated (a worker joined, the campaign launched).
+    for (const tier of state.tiers) {
+      if (!document.getElementById("cumulative-" + slug(tier)).hidden) continue;
+      drawTier(tier);
+    }
   }
 
   // --- loading and the socket ---------------------------------------------------------------
@@ -370,16 +423,17 @@
   }
 
   async function selectAgents() {
-    const picked = Array.from(document.getElementById("agent-select").selectedOptions).map((o) => o.value).slice(0, 8);
+    const picked = Array.from(document.getElementById("agent-select").selectedOptions).slice(0, 8);
     const next = {};
-    for (const agent of picked) {
+    for (const option of picked) {
+      const agent = option.value;
       if (state.agents[agent]) {
         next[agent] = state.agents[agent];
         continue;
       }
       const response = await fetch(config.agent + "?agent=" + encodeURIComponent(agent));
       const s = await response.json();
-      next[agent] = { tier: s.tier, round: s.round, reward: s.reward };
+      next[agent] = { tier: s.tier, label: option.textContent, round: s.round, reward: s.reward };
     }
     state.agents = next;
     sendWatch();

@@ -188,33 +188,18 @@ def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
 # --- pool, workers, controls -----------------------------------------------------------------
 
 
-def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
-    """The pool now (its sampling window) and, per round, the swarm's share of zero-advantage
-    groups and of external rollouts in what it actually trained on."""
-    from swarm_app.coordinator.models import PoolRollout
-
-    window = int(campaign.config.get("pool_window", 256))
-    sequence = campaign.rollout_sequence
-    current = PoolRollout.objects.filter(
-        campaign=campaign, sequence__gt=sequence - window, in_pool=True
-    ).aggregate(size=Count("id"), zero=Count("id", filter=Q(zero_advantage=True)))
-    per_round: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    for (_tier, arm), rows in grouped.items():
-        if arm != Arm.SWARM:
-            continue
-        for number, agents, _mean, _std, zero, local_used, external_used in rows:
-            entry = per_round[number]
-            if zero is not None:
-                entry[0] += zero * agents
-                entry[1] += agents
-            if local_used is not None and external_used is not None:
-                entry[2] += external_used * agents
-                entry[3] += (local_used + external_used) * agents
+def _pool_series(rows: list[tuple], step: int) -> dict[str, list]:
+    """One tier's swarm rows -> per (downsampled) round: the share of zero-advantage groups
+    among what it generated, and of external rollouts in what it actually trained on."""
     buckets: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, -1])
-    for number, entry in per_round.items():
+    for number, agents, _mean, _std, zero, local_used, external_used in rows:
         bucket = buckets[number // step]
-        for i in range(4):
-            bucket[i] += entry[i]
+        if zero is not None:
+            bucket[0] += zero * agents
+            bucket[1] += agents
+        if local_used is not None and external_used is not None:
+            bucket[2] += external_used * agents
+            bucket[3] += (local_used + external_used) * agents
         bucket[4] = max(bucket[4], number)
     series: dict[str, list] = {"round": [], "zero_advantage": [], "external": []}
     for key in sorted(buckets):
@@ -222,12 +207,36 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
         series["round"].append(int(last))
         series["zero_advantage"].append(zero_sum / zero_w if zero_w else None)
         series["external"].append(external / used if used else None)
+    return series
+
+
+def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
+    """The pool now (its sampling window) and, per tier and round, the swarm's share of
+    zero-advantage groups and of external rollouts in what it trained on (tiers apart: their
+    models differ, so do their shares)."""
+    from swarm_app.coordinator.models import PoolRollout
+
+    window = int(campaign.config.get("pool_window", 256))
+    sequence = campaign.rollout_sequence
+    current = PoolRollout.objects.filter(
+        campaign=campaign, sequence__gt=sequence - window, in_pool=True
+    ).aggregate(size=Count("id"), zero=Count("id", filter=Q(zero_advantage=True)))
+    swarm = {tier: rows for (tier, arm), rows in sorted(grouped.items()) if arm == Arm.SWARM}
+    series = {tier: _pool_series(rows, step) for tier, rows in swarm.items()}
+    # The headline share: the latest round trained with a known batch, over all tiers.
+    latest: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for rows in swarm.values():
+        for number, agents, _mean, _std, _zero, local_used, external_used in rows:
+            if local_used is not None and external_used is not None:
+                latest[number][0] += external_used * agents
+                latest[number][1] += (local_used + external_used) * agents
+    last = max((n for n, (_, used) in latest.items() if used), default=None)
     return {
         "shared": sequence,
         "window": window,
         "size": current["size"],
         "zero_advantage_share": current["zero"] / current["size"] if current["size"] else None,
-        "external_share": next((v for v in reversed(series["external"]) if v is not None), None),
+        "external_share": latest[last][0] / latest[last][1] if last is not None else None,
         "series": series,
     }
 
@@ -241,9 +250,18 @@ def hardware_label(hardware: dict[str, Any]) -> str:
     return f"{device} {name}".strip() + (f" · {ram / GIB:.0f} GiB RAM" if ram else "")
 
 
+def worker_status(state: str, connected: bool, round_: int, rounds: int) -> str:
+    """What the workers table says: a node that reached the campaign's rounds and left is
+    "finished", not "healthy (disconnected)"."""
+    if round_ >= rounds > 0 and not connected and state in ("healthy", "stale", "offline"):
+        return "finished"
+    return state if connected or state in ("offline", "banned") else f"{state} (disconnected)"
+
+
 def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     from swarm_app.coordinator.models import WorkerNode
 
+    rounds = int(campaign.config.get("rounds", 0))
     nodes = WorkerNode.objects.filter(campaign=campaign).order_by("-round", "node_id")
     if node_ids is not None:
         nodes = nodes.filter(node_id__in=list(node_ids))
@@ -253,6 +271,7 @@ def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> li
             "node": n.node_id,
             "state": n.state,
             "connected": n.connected,
+            "status": worker_status(n.state, n.connected, n.round, rounds),
             "tier": n.tier,
             "hardware": hardware_label(n.hardware or {}),
             "backend": n.backend,
@@ -281,6 +300,10 @@ def worker_counts(campaign: Campaign) -> dict[str, int]:
         WorkerNode.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by()
     )
     counts["connected"] = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
+    rounds = int(campaign.config.get("rounds", 0))
+    finished = WorkerNode.objects.filter(campaign=campaign, connected=False, round__gte=max(rounds, 1))
+    if finished.exists():
+        counts["finished"] = finished.exclude(state="banned").count()
     return counts
 
 
@@ -432,6 +455,14 @@ def agent_choices(campaign: Campaign, limit: int = 2000) -> list[dict[str, str]]
     return choices
 
 
+def control_summary(total: int, running: int, mean_round: float, rounds: int) -> str:
+    """The status page's controls cell, e.g. "2 of 4 training · round 12.0 / 60"."""
+    if not total:
+        return "none"
+    state = f"{running} of {total} training" if running else f"{total} done"
+    return f"{state} · round {mean_round:.1f} / {rounds}"
+
+
 def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The status page: per campaign live worker counts and progress, and totals."""
     from swarm_app.coordinator.models import WorkerNode
@@ -455,8 +486,17 @@ def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], di
         .annotate(r=Avg("round"))
         .order_by()
     )
+    active = (ControlRun.State.QUEUED, ControlRun.State.RUNNING)
+    controls = {
+        campaign_id: (runs, running, mean_round)
+        for campaign_id, runs, running, mean_round in ControlRun.objects.filter(campaign_id__in=ids)
+        .values_list("campaign_id")
+        .annotate(n=Count("id"), running=Count("id", filter=Q(state__in=active)), r=Avg("round"))
+        .order_by()
+    }
     rows = []
     for c in campaigns:
+        runs, running, control_round = controls.get(c.pk, (0, 0, 0))
         rows.append(
             {
                 "id": c.pk,
@@ -468,6 +508,9 @@ def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], di
                 "live_workers": live.get(c.pk, 0),
                 "workers": total.get(c.pk, 0),
                 "mean_round": round(progress.get(c.pk) or 0, 1),
+                # The swarm may be done while its isolated controls still train (on Celery).
+                "controls_running": running,
+                "controls": control_summary(runs, running, control_round or 0, c.config.get("rounds", 0)),
                 "shared_rollouts": c.rollout_sequence,
                 "url": c.get_absolute_url(),
             }
@@ -476,6 +519,7 @@ def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], di
         "campaigns": len(rows),
         "running": sum(1 for r in rows if r["state"] == Campaign.State.RUNNING),
         "live_workers": sum(r["live_workers"] for r in rows),
+        "controls_running": sum(r["controls_running"] for r in rows),
         "workers": sum(r["workers"] for r in rows),
         "shared_rollouts": sum(r["shared_rollouts"] for r in rows),
     }

@@ -251,13 +251,15 @@ def test_pool_panel_and_workers_table(db):
     assert (pool["shared"], pool["window"], pool["size"]) == (6, 4, 4)
     assert pool["zero_advantage_share"] == pytest.approx(0.5)  # 5 and 6 of the window 3..6
     assert pool["external_share"] == pytest.approx(0.5)  # 4 external of 8 trained
-    assert pool["series"]["zero_advantage"] == pytest.approx([0.25] * 3)
+    assert list(pool["series"]) == ["tiny-1m"]  # one series per tier: tiers are never mixed
+    assert pool["series"]["tiny-1m"]["zero_advantage"] == pytest.approx([0.25] * 3)
     (worker,) = payload["workers"]
     assert worker == {
         "agent": "node:abc",
         "node": "abc",
         "state": "healthy",
         "connected": True,
+        "status": "healthy",
         "tier": "tiny-1m",
         "hardware": "cpu x86_64 · 8 GiB RAM",
         "backend": "transformers",
@@ -400,3 +402,12 @@ def test_cached_tables_never_serve_a_stale_campaign_state(db):
     again = dashboard.cached_tables(campaign.pk)
     assert again["campaign"]["state"] == "paused"  # fresh, though the rest came from the cache
     assert again["summary"] is first["summary"]
+
+
+def test_worker_status_says_finished_for_a_node_that_reached_the_rounds_and_left():
+    assert dashboard.worker_status("healthy", False, 60, 60) == "finished"
+    assert dashboard.worker_status("offline", False, 61, 60) == "finished"
+    assert dashboard.worker_status("healthy", False, 12, 60) == "healthy (disconnected)"
+    assert dashboard.worker_status("healthy", True, 60, 60) == "healthy"
+    assert dashboard.worker_status("banned", False, 60, 60) == "banned"
+    assert dashboard.worker_status("offline", False, 3, 60) == "offline"

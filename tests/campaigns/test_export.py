@@ -54,6 +54,9 @@ def test_status_page_lists_campaigns_with_live_counts(anonymous):
     row = next(c for c in data["campaigns"] if c["id"] == campaign.pk)
     assert (row["live_workers"], row["workers"], row["state"]) == (1, 1, "running")
     assert data["totals"]["running"] == 1 and data["totals"]["live_workers"] == 1
+    # The swarm may be done while the controls still train: the page says so.
+    assert row["controls"] == "1 of 1 training · round 0.0 / 3" and data["totals"]["controls_running"] == 1
+    assert "1 of 1 training · round 0.0 / 3" in page
 
 
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
