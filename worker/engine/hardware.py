@@ -21,7 +21,9 @@ def detect(data_dir: Path) -> Hardware:
     host = cpu_host(data_dir)
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        host = dataclasses.replace(host, device="cuda", device_name=props.name, vram_bytes=int(props.total_memory))
+        host = dataclasses.replace(
+            host, device="cuda", device_name=props.name, vram_bytes=int(props.total_memory)
+        )
     elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         host = dataclasses.replace(host, device="mps", device_name="Apple GPU")
     # str(): torch's version is a str subclass (TorchVersion), which msgspec does not encode

@@ -18,7 +18,10 @@ def resolve(spec: ModelSpec, cache_dir: Path, log=print) -> str:
 
 
 def load_policy(spec: ModelSpec, cache_dir: Path, device: str = "cpu", log=print):
-    """(model, tokenizer) for ``spec``, the model on ``device`` in training dtype."""
+    """(model, tokenizer) for ``spec``, the model on ``device`` in float32 whatever ``spec.dtype``:
+    these are the optimizer's master weights. On a GPU the learner computes in bf16 under
+    autocast (worker/engine/trainer.py), as TRL does; pure-bf16 weights with AdamW at lr 1e-5
+    barely move (bf16 cannot represent 1 + 1e-5), and the vLLM engine loads its own bf16 copy."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -26,6 +29,5 @@ def load_policy(spec: ModelSpec, cache_dir: Path, device: str = "cpu", log=print
     tokenizer = AutoTokenizer.from_pretrained(location)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = getattr(torch, spec.dtype) if device != "cpu" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(device)
     return model, tokenizer

@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 from worker.shared.sampling import check_strategy
 
+# TRL's vllm_importance_sampling_mode values (worker/engine/loss.py computes them).
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
 
 @dataclass
 class GRPOConfig:
@@ -27,7 +30,15 @@ class GRPOConfig:
     temperature: float = 1.0  # the sampling temperature; logits are divided by it when scoring
     scale_rewards: str = "group"  # "group" (GRPO) or "none" (Dr. GRPO)
     mask_truncated_completions: bool = False  # truncated completions count for nothing when True
-    micro_batch_size: int = 32  # sequences per forward pass
+    micro_batch_size: int = 32  # at most this many sequences per forward pass (memory may allow fewer)
+    # "auto": on when the device's memory needs it (worker/engine/memory.py); "on"; "off"
+    gradient_checkpointing: str = "auto"
+    # Sampler/learner mismatch (TRL's names): samples that carry the sampler's log-probs (vLLM's)
+    # are weighted by min(exp(old_logp - sampler_logp), clip_max); see worker/engine/loss.py.
+    # TRL 1.16 defaults to "sequence_mask"; this truncates per token (TRL's original definition).
+    vllm_importance_sampling_correction: bool = True
+    vllm_importance_sampling_mode: str = "token_truncate"
+    vllm_importance_sampling_clip_max: float = 3.0
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)
@@ -39,6 +50,14 @@ class GRPOConfig:
             raise ValueError("scale_rewards must be 'group' or 'none'")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 (GRPO samples)")
+        if self.micro_batch_size < 1:
+            raise ValueError("micro_batch_size must be >= 1")
+        if self.gradient_checkpointing not in ("auto", "on", "off"):
+            raise ValueError("gradient_checkpointing must be 'auto', 'on' or 'off'")
+        if self.vllm_importance_sampling_mode not in IS_MODES:
+            raise ValueError(f"vllm_importance_sampling_mode must be one of {', '.join(IS_MODES)}")
+        if not self.vllm_importance_sampling_clip_max > 0:
+            raise ValueError("vllm_importance_sampling_clip_max must be > 0")
 
     def to_json(self) -> dict:
         return asdict(self)

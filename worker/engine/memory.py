@@ -1,0 +1,232 @@
+"""The learner's memory: what one training step keeps on the device, and micro-batches that fit.
+
+A step holds, besides the weights, three things whose size the learner controls:
+
+    state        = P x (4 grads + 8 Adam moments)                     fp32, created at the first step
+                 + P x 2                                              bf16 copies of the weights under
+                                                                      autocast (kept for backward)
+    activations  = tokens x bytes_per_token                           tokens = rows x padded length
+    logit chunk  = C x V x LOGIT_CHUNK_COPIES x 4                     C positions' fp32 logits at a time
+
+P parameters, V vocabulary, C = ``chunk_tokens`` (worker/engine/logprobs.py never holds more
+than C positions' logits). Per token and decoder layer, a Qwen2 layer (hidden H, FFN width F)
+keeps for backward about ``ACT_HIDDEN_COPIES x H + ACT_FFN_COPIES x F`` values: the residual
+stream, the norms, q/k/v, the attention output, gate, up, SiLU(gate), their product
+(measured on CPU with saved-tensor hooks, per token: 1.38 MB for the Qwen2.5-0.5B shape in
+pure bf16 and 1.59 MB under bf16 autocast with fp32 weights; 2.90 and 3.33 MB for 1.5B;
+tests/worker/engine/test_memory.py checks the estimate against such a measurement). With gradient checkpointing a layer keeps only its input (H values) and one
+layer's full activations exist at a time during backward.
+
+:func:`plan_learner` turns a byte budget (the device's free memory) into a token budget per
+micro-batch and decides whether gradient checkpointing is needed; :func:`pack_micro_batches`
+packs rows sorted by length under that budget. All of it is pure arithmetic: no torch, so
+the device check (bench/gpu_check.py) and the tests can plan for a 24 GB or 80 GB card on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MIB = 1024**2
+GIB = 1024**3
+
+# Values kept for backward per token and layer, in units of H and F (see the module docstring).
+ACT_HIDDEN_COPIES = 10
+ACT_FFN_COPIES = 4
+# Mixed precision keeps the residual stream and the norms' outputs in fp32 (4 bytes) while the
+# matmuls' inputs and outputs are bf16: measured 2.34 bytes a value on average (0.5B and 1.5B
+# shapes), where pure bf16 takes 2; 2.5 leaves a margin.
+MIXED_BYTES_PER_VALUE = 2.5
+# fp32 copies of a chunk's logits alive at once: the upcast, the division by the temperature,
+# log_softmax, its exp for the entropy, and the gradient's two in backward.
+LOGIT_CHUNK_COPIES = 6
+DEFAULT_CHUNK_TOKENS = 1024
+# Allocator fragmentation and temporaries the estimate does not count.
+SAFETY_FACTOR = 1.25
+# Without checkpointing a micro-batch must hold at least this many of the longest rows; below
+# that, checkpointing (about a third more compute) beats a step of one-row micro-batches.
+MIN_ROWS_WITHOUT_CHECKPOINTING = 4
+# Gradients (fp32) + AdamW's two moments (fp32) + autocast's bf16 weight copies.
+STATE_BYTES_PER_PARAM_MIXED = 4 + 8 + 2
+STATE_BYTES_PER_PARAM_FP32 = 4 + 8
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only transformer that set its training memory."""
+
+    hidden: int  # H
+    intermediate: int  # F
+    layers: int  # L
+    heads: int
+    kv_heads: int
+    vocab: int  # V
+    tied_embeddings: bool = False
+
+    @property
+    def params(self) -> int:
+        head_dim = self.hidden // self.heads
+        attention = self.hidden * self.hidden * 2 + self.hidden * self.kv_heads * head_dim * 2
+        attention += self.hidden + 2 * self.kv_heads * head_dim  # q, k, v biases (Qwen2)
+        ffn = 3 * self.hidden * self.intermediate
+        per_layer = attention + ffn + 2 * self.hidden  # two RMSNorm weights
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + embeddings + self.hidden
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModelShape:
+        """From a transformers config (Qwen2Config or anything with the same field names)."""
+        return cls(
+            hidden=config.hidden_size,
+            intermediate=config.intermediate_size,
+            layers=config.num_hidden_layers,
+            heads=config.num_attention_heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            vocab=config.vocab_size,
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        )
+
+    def to_qwen2_config(self) -> dict[str, Any]:
+        """Keyword arguments of a Qwen2Config with this shape (bench/gpu_check.py builds from it)."""
+        return {
+            "hidden_size": self.hidden,
+            "intermediate_size": self.intermediate,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "vocab_size": self.vocab,
+            "tie_word_embeddings": self.tied_embeddings,
+        }
+
+
+# Qwen2.5-0.5B-Instruct and -1.5B-Instruct (their config.json).
+QWEN25_0_5B = ModelShape(896, 4864, 24, 14, 2, 151936, tied_embeddings=True)
+QWEN25_1_5B = ModelShape(1536, 8960, 28, 12, 2, 151936, tied_embeddings=True)
+
+
+def activation_bytes_per_token(shape: ModelShape, *, mixed: bool, checkpointing: bool) -> int:
+    """Bytes kept for backward per token of a micro-batch (all layers), before the safety factor.
+
+    Without checkpointing: L x (10 H + 4 F) x b, with b = 2.5 bytes a value under mixed precision
+    and 2 in pure bf16. With checkpointing: the L layer inputs (H values each, in the residual
+    stream's dtype: 4 bytes mixed, 2 bf16) plus one layer's full set, recomputed in backward.
+    """
+    per_layer = ACT_HIDDEN_COPIES * shape.hidden + ACT_FFN_COPIES * shape.intermediate
+    value = MIXED_BYTES_PER_VALUE if mixed else 2
+    if not checkpointing:
+        return math.ceil(shape.layers * per_layer * value)
+    residual = 4 if mixed else 2
+    return math.ceil(shape.layers * shape.hidden * residual + per_layer * value)
+
+
+def logit_chunk_bytes(shape: ModelShape, chunk_tokens: int) -> int:
+    return chunk_tokens * shape.vocab * 4 * LOGIT_CHUNK_COPIES
+
+
+def state_bytes(shape: ModelShape, *, mixed: bool) -> int:
+    """Gradients, AdamW moments and (mixed) autocast's weight copies: not the weights themselves."""
+    return shape.params * (STATE_BYTES_PER_PARAM_MIXED if mixed else STATE_BYTES_PER_PARAM_FP32)
+
+
+@dataclass(frozen=True)
+class LearnerPlan:
+    """How the learner trains within ``budget_bytes``; see :func:`plan_learner`."""
+
+    budget_bytes: int  # what the step may allocate beyond the weights (the device's free memory)
+    token_budget: int  # padded tokens (rows x longest row) per micro-batch
+    gradient_checkpointing: bool
+    chunk_tokens: int
+    mixed: bool
+    bytes_per_token: int  # activations per token, safety factor included
+    fixed_bytes: int  # state + logit chunk
+
+    def peak_bytes(self, rows: int, length: int) -> int:
+        """Estimated peak of a micro-batch of ``rows`` rows padded to ``length`` tokens."""
+        return self.fixed_bytes + rows * length * self.bytes_per_token
+
+    def note(self) -> str:
+        return (
+            f"learner: {self.token_budget} tokens per micro-batch in {self.budget_bytes / GIB:.1f} GiB"
+            f" ({self.bytes_per_token / MIB:.2f} MiB per token"
+            + (", gradient checkpointing" if self.gradient_checkpointing else "")
+            + (", bf16 autocast" if self.mixed else "")
+            + ")"
+        )
+
+
+class LearnerDoesNotFit(ValueError):
+    """Not even one row of the longest sequence fits the budget, checkpointing included."""
+
+
+def plan_learner(
+    shape: ModelShape,
+    budget_bytes: int,
+    longest_row: int,
+    *,
+    mixed: bool,
+    gradient_checkpointing: str = "auto",
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    optimizer_state_allocated: bool = False,
+) -> LearnerPlan:
+    """A token budget per micro-batch whose estimated peak stays under ``budget_bytes``.
+
+    ``budget_bytes`` is what a step may still allocate (grads, Adam moments, activations);
+    ``longest_row`` the longest prompt + completion of the batch. ``gradient_checkpointing``:
+    "on", "off", or "auto" (on when a micro-batch without it would hold fewer than
+    MIN_ROWS_WITHOUT_CHECKPOINTING of the longest rows). ``optimizer_state_allocated``: AdamW's
+    moments exist already (after the first step), so the budget no longer has to hold them.
+    Raises :class:`LearnerDoesNotFit`.
+    """
+    if gradient_checkpointing not in ("auto", "on", "off"):
+        raise ValueError("gradient_checkpointing must be 'auto', 'on' or 'off'")
+    fixed = state_bytes(shape, mixed=mixed) + logit_chunk_bytes(shape, chunk_tokens)
+    if optimizer_state_allocated:
+        fixed -= shape.params * 8
+
+    def plan(checkpointing: bool) -> LearnerPlan:
+        per_token = math.ceil(
+            activation_bytes_per_token(shape, mixed=mixed, checkpointing=checkpointing) * SAFETY_FACTOR
+        )
+        tokens = max(0, (budget_bytes - fixed) // per_token)
+        return LearnerPlan(budget_bytes, int(tokens), checkpointing, chunk_tokens, mixed, per_token, fixed)
+
+    if gradient_checkpointing == "on":
+        chosen = plan(True)
+    elif gradient_checkpointing == "off":
+        chosen = plan(False)
+    else:
+        chosen = plan(False)
+        if chosen.token_budget < MIN_ROWS_WITHOUT_CHECKPOINTING * longest_row:
+            chosen = plan(True)
+    if chosen.token_budget < longest_row:
+        raise LearnerDoesNotFit(
+            f"a row of {longest_row} tokens needs {chosen.peak_bytes(1, longest_row) / GIB:.1f} GiB, "
+            f"{budget_bytes / GIB:.1f} GiB are free"
+            + ("" if chosen.gradient_checkpointing else " (gradient checkpointing is off)")
+        )
+    return chosen
+
+
+def pack_micro_batches(lengths: Sequence[int], token_budget: int | None, max_rows: int) -> list[list[int]]:
+    """Indices of rows grouped into micro-batches, rows sorted by length, each group's
+    rows x longest-length within ``token_budget`` (None: no limit) and at most ``max_rows``.
+
+    Sorting packs similar lengths together (less padding); with no token budget the groups are
+    consecutive runs of ``max_rows`` sorted rows, as before the budget existed.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        rows, longest = len(current) + 1, lengths[index]  # sorted: the newcomer is the longest
+        fits = token_budget is None or rows * longest <= token_budget
+        if current and (rows > max_rows or not fits):
+            groups.append(current)
+            current = []
+        current.append(index)
+    if current:
+        groups.append(current)
+    return groups
