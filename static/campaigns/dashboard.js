@@ -18,6 +18,7 @@
   // titles, is off (drag zooms, a double-click resets).
   const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
   const LEGEND = { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" };
+  // A legend even for one line: it says which arm the line is.
 
   const state = {
     step: 1,
@@ -183,6 +184,7 @@
       xaxis: { title: { text: "round" } },
       yaxis: { title: { text: y } },
       legend: LEGEND,
+      showlegend: true,
       height: 300,
     });
     const message = emptyMessage(tier);
@@ -255,11 +257,19 @@
       Plotly.react("pool-chart", traces, {
         margin: { l: 50, r: 10, t: 10, b: 40 }, height: 280,
         yaxis: { range: [0, 1], tickformat: ".0%", title: { text: "share of groups" } },
-        xaxis: { title: { text: "round" } }, legend: LEGEND,
+        xaxis: { title: { text: "round" } }, legend: LEGEND, showlegend: true,
       }, PLOT_CONFIG));
   }
 
   function renderControls(controls) {
+    if (!controls.length) {
+      const none = el("td", "None: this campaign runs no isolated controls (or has not launched).", "meta");
+      none.colSpan = 7;
+      const tr = el("tr");
+      tr.appendChild(none);
+      fillBody("controls", [tr]);
+      return;
+    }
     fillBody("controls", controls.map((c) => {
       const tr = el("tr");
       tr.appendChild(el("td", c.tier));

@@ -1,7 +1,13 @@
-"""A real browser (Debian's chromium, driven by Playwright) against a real coordinator:
-log in, launch a cpu-demo campaign from the form, create a worker token, start a tiny worker
-with the volunteer CLI, and watch its first verified reward appear on the chart without a
-reload. Saves a screenshot of the dashboard under test-artifacts/.
+"""A real browser (Debian's chromium, driven by Playwright) against a real coordinator.
+
+* The site as a user meets it: log in and out from the header (back on the page), a preset's
+  task lines edited and stored as typed, a too-large task setting refused with its message, an
+  empty tier panel's words, Stop asking for confirmation; no Content-Security-Policy violation.
+* Live: launch a cpu-demo campaign from the form, create a worker token, start a tiny worker with
+  the volunteer CLI, and watch its first verified reward appear on the chart without a reload;
+  then the dashboard at phone width (390 px): no horizontal page scroll, no title or legend box
+  over another. Screenshots at 1280 and 390 px go to <data dir>/test-artifacts/ (CI artifacts;
+  docs/images/ has copies).
 
 scripts/test.sh installs chromium (apt) and the playwright package (the `dev` extra); Playwright
 drives the system chromium (no `playwright install`, which would download browsers).
@@ -13,11 +19,12 @@ import os
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
-from tests.servers import ROOT, asgi_server, stop, worker_process
+from tests.servers import asgi_server, stop, worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +39,19 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTIFACTS = ROOT / "test-artifacts"
+ARTIFACTS = Path(settings.DATA_DIR) / "test-artifacts"
+PHONE = {"width": 390, "height": 844}
+# Boxes that must not cover each other: chart titles (HTML headings), plotly's axis titles, legends.
+OVERLAPS = """() => {
+  const boxes = (selector) => Array.from(document.querySelectorAll(selector))
+    .map((node) => node.getBoundingClientRect()).filter((box) => box.width > 0 && box.height > 0);
+  const overlap = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const titles = boxes(".chart-title, .gtitle, .xtitle, .ytitle");
+  const legends = boxes(".legend");
+  let count = 0;
+  for (const legend of legends) for (const title of titles) if (overlap(legend, title)) count += 1;
+  return {overlaps: count, legends: legends.length, titles: titles.length};
+}"""
 LIVE_BOUND_SECONDS = 5.0  # generous: the requirement is 2 s, measured in bench/dashboard.py
 
 
@@ -57,8 +76,18 @@ def page(monkeypatch):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.set_default_timeout(30_000)
+        page.csp_violations = []
+        page.on(
+            "console",
+            lambda message: (
+                page.csp_violations.append(message.text)
+                if "Content Security Policy" in message.text
+                else None
+            ),
+        )
         try:
             yield page
+            assert not page.csp_violations
         finally:
             browser.close()
             # ORM calls made inside Playwright's sync API run in its context, with a connection
@@ -110,7 +139,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
     # The dashboard, live; the marker proves the page is never reloaded.
     page.goto(f"{coordinator}{campaign.get_absolute_url()}")
     page.wait_for_function(
-        "window.swarmDashboard && window.swarmDashboard.ready && window.swarmDashboard.socketOpen"
+        "() => window.swarmDashboard && window.swarmDashboard.ready && window.swarmDashboard.socketOpen"
     )
     page.evaluate("window.__sameDocument = true")
     assert page.evaluate("window.swarmDashboard.pointsReceived") == 0
@@ -126,7 +155,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
     )
     try:
         try:
-            page.wait_for_function("window.swarmDashboard.pointsReceived > 0", timeout=180_000)
+            page.wait_for_function("() => window.swarmDashboard.pointsReceived > 0", timeout=180_000)
         except Exception:
             print("--- worker log\n" + (tmp_path / "worker.log").read_text()[-3000:])
             print("--- coordinator log\n" + (tmp_path / "daphne.log").read_text()[-6000:])
@@ -171,13 +200,129 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         print(f"browser live update latency: {latency:.3f} s after the report was stored")
         assert latency < LIVE_BOUND_SECONDS
         # More rounds and the workers table follow (tables every few seconds), still no reload.
-        page.wait_for_function("window.swarmDashboard.pointsReceived >= 3", timeout=120_000)
-        page.wait_for_function("document.querySelectorAll('#workers tbody tr').length >= 1", timeout=30_000)
+        page.wait_for_function("() => window.swarmDashboard.pointsReceived >= 3", timeout=120_000)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#workers tbody tr').length >= 1", timeout=30_000
+        )
         assert page.evaluate("window.__sameDocument") is True
         assert page.is_hidden("form[data-action=launch]") and page.is_visible("form[data-action=pause]")
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+        # A per-worker curve, named as the picker names the worker (not its raw node id).
+        page.select_option("#agent-select", index=0)
+        page.wait_for_function(
+            "() => document.getElementById('reward-tiny-1m').data.some((t) => t.meta && t.meta.agent)"
+        )
+        names = page.evaluate(
+            "document.getElementById('reward-tiny-1m').data.filter((t) => t.meta && t.meta.agent).map((t) => t.name)"
+        )
+        assert names and all(name.startswith("worker ") and "(tiny-1m)" in name for name in names), names
+        assert page.text_content("#pool-chart .ytitle") == "share of groups"
+        check_layout(page, 1280)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-1280.png"), full_page=True)
+
+        # Phone width: the page never scrolls sideways, titles and legends stay apart.
+        page.set_viewport_size(PHONE)
+        page.wait_for_timeout(1000)  # plotly's responsive resize runs on the window's resize event
+        check_layout(page, PHONE["width"])
+        page.screenshot(path=str(ARTIFACTS / "dashboard-390.png"), full_page=True)
+        assert page.evaluate("window.__sameDocument") is True
     finally:
         stop(worker)
-    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+    for width in (1280, 390):
+        assert (ARTIFACTS / f"dashboard-{width}.png").stat().st_size > 10_000
     assert os.path.getsize(tmp_path / "worker.log") > 0
+
+
+def check_layout(page, width: int) -> None:
+    """No horizontal page scroll at ``width``; no title or legend box over another; every chart
+    as wide as its box allows (plotly resized with the container)."""
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    layout = page.evaluate(OVERLAPS)
+    assert layout["legends"] >= 3 and layout["titles"] >= 6, layout
+    assert layout["overlaps"] == 0, layout
+    chart = page.evaluate(
+        "(() => { const c = document.getElementById('reward-tiny-1m');"
+        " return [c.getBoundingClientRect().width, c.querySelector('svg.main-svg').getBoundingClientRect().width]; })()"
+    )
+    assert chart[1] <= chart[0] + 1 and chart[1] > chart[0] - 40, chart
+
+
+def test_the_site_as_an_organizer_meets_it(site, page):
+    """Header login and logout (back on the page), a preset's task lines edited and stored as
+    typed, a too-large task setting refused with its message, an empty tier panel's words, and
+    Stop asking for confirmation."""
+    coordinator = site
+    get_user_model().objects.create_user("organizer", password="pw-organizer-1", is_staff=True)
+
+    # Log in from the header of the home page: back on the home page, logged in.
+    page.goto(f"{coordinator}/")
+    page.click("#login")
+    page.wait_for_url("**/accounts/login/?next=/")
+    page.fill("#id_username", "organizer")
+    page.fill("#id_password", "pw-organizer-1")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{coordinator}/")
+    assert page.inner_text("#username") == "organizer"
+
+    # The cpu preset's lines, edited: the choice becomes "custom", and what was typed is stored.
+    page.goto(f"{coordinator}/campaigns/new/?preset=cpu-demo")
+    assert page.input_value("#id_task_preset") == "cpu"
+    typed = "chain_sum 1 min_digits=1 max_digits=3"
+    page.fill("#id_custom_tasks", typed)
+    assert page.input_value("#id_task_preset") == "custom"
+    page.fill("#id_name", "edited tasks")
+    page.uncheck("input[name=tiers][value=tiny-5m]")
+    page.uncheck("#id_controls_isolated")
+    page.uncheck("#id_controls_filtered")
+    page.click("button.primary[type=submit]")
+    page.wait_for_url("**/campaigns/*/")
+    campaign = Campaign.objects.get(name="edited tasks")
+    assert campaign.settings.tasks == [
+        {"name": "chain_sum", "weight": 1.0, "config": {"min_digits": 1, "max_digits": 3}}
+    ]
+
+    # Running, no worker yet: the tier's panels say so instead of drawing empty axes.
+    assert campaign.state == Campaign.State.RUNNING
+    page.wait_for_function("() => window.swarmDashboard && window.swarmDashboard.ready")
+    for chart in ("reward-tiny-1m", "cumulative-tiny-1m"):
+        assert page.inner_text(f"#{chart}-empty").startswith("No workers yet on tiny-1m")
+        assert page.is_hidden(f"#{chart}")
+
+    # Stop is final: it asks first; dismissed, nothing happens.
+    dialogs: list[str] = []
+
+    def answer(dialog, accept: bool) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.once("dialog", lambda dialog: answer(dialog, False))
+    page.click("form[data-action=stop] button")
+    page.wait_for_timeout(500)
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.RUNNING and "final" in dialogs[0]
+    page.once("dialog", lambda dialog: answer(dialog, True))
+    with page.expect_navigation():
+        page.click("form[data-action=stop] button")
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.STOPPED and len(dialogs) == 2
+    assert page.inner_text("#state") == "stopped"
+
+    # A too-large task setting: refused next to the task lines, with its bound, at once.
+    page.goto(f"{coordinator}/campaigns/new/")
+    page.select_option("#id_task_preset", "custom")
+    page.fill("#id_custom_tasks", "chain_sum 1 max_digits=5000 max_terms=2000")
+    page.fill("#id_max_new_tokens", "24")
+    page.fill("#id_name", "too large")
+    with page.expect_navigation():
+        page.click("button.primary[type=submit]")
+    error = page.inner_text("#field-custom_tasks .errorlist")
+    assert "max_digits=5000 is too large; at most 40" in error
+    assert not Campaign.objects.filter(name="too large").exists()
+
+    # Log out from the header of a public page: back on it, logged out.
+    page.goto(f"{coordinator}{campaign.get_absolute_url()}")
+    with page.expect_navigation():
+        page.click("#logout")
+    assert page.url == f"{coordinator}{campaign.get_absolute_url()}"
+    assert page.is_visible("#login") and not page.is_visible("#username")
