@@ -45,6 +45,9 @@ class _LocalGroup:
     rollout: Rollout
     prompt_ids: list[int]
     completion_ids: list[list[int]]  # the sampled token ids, kept so local samples need no re-tokenising
+    # the sampler's log-prob of each sampled token (vLLM), for the trainer's importance weights;
+    # they stay on this node (rollouts travel as text)
+    sampler_logp: list[list[float] | None]
 
 
 class Agent:
@@ -109,7 +112,9 @@ class Agent:
                 truncated=[not s.finished for s in group],
             )
             prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            groups.append(_LocalGroup(rollout, prompt_ids, [s.token_ids for s in group]))
+            groups.append(
+                _LocalGroup(rollout, prompt_ids, [s.token_ids for s in group], [s.logprobs for s in group])
+            )
 
         verified = self.transport.submit(lease, [g.rollout for g in groups])
         by_id = {r.rollout_id: r for r in verified}
@@ -177,8 +182,10 @@ class Agent:
     def _train_samples(self, rollout: Rollout, local: _LocalGroup | None) -> list[TrainSample]:
         """One TrainSample per completion; external text is re-tokenised with our tokenizer."""
         advantages = group_advantages(rollout.rewards, self.config.grpo.scale_rewards)
+        sampler_logp: list[list[float] | None] = [None] * len(rollout.completions)
         if local is not None:
             prompt_ids, completion_ids = local.prompt_ids, local.completion_ids
+            sampler_logp = local.sampler_logp
         else:
             prompt = render_prompt(self.tokenizer, rollout.question, self.config.system_prompt)
             prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -188,8 +195,10 @@ class Agent:
                 for text, truncated in zip(rollout.completions, rollout.truncated, strict=True)
             ]
         return [
-            TrainSample(prompt_ids, ids, adv, truncated=trunc, external=local is None)
-            for ids, adv, trunc in zip(completion_ids, advantages, rollout.truncated, strict=True)
+            TrainSample(prompt_ids, ids, adv, truncated=trunc, external=local is None, sampler_logp=logp)
+            for ids, adv, trunc, logp in zip(
+                completion_ids, advantages, rollout.truncated, sampler_logp, strict=True
+            )
         ]
 
     def _reward_metrics(self) -> dict[str, float]:

@@ -19,8 +19,9 @@ positions, the same attention, the same log-probs (a test checks against full ro
 
 Logits: the decoder's hidden states at the T positions that predict the completion (position j
 predicts token j + 1) go through the LM head in chunks of ``chunk_tokens`` positions
-(:func:`chunked_token_logprobs`), so a micro-batch never holds [B, T, V] logits, whose fp32
-copies were the largest tensors of a step for Qwen's 151,936-token vocabulary. Logits are
+(:func:`chunked_token_logprobs`) when the learner asks for chunks (it does where it plans a
+memory budget: on GPUs), so a micro-batch never holds [B, T, V] logits, whose fp32 copies were
+the largest tensors of a step for Qwen's 151,936-token vocabulary. Logits are
 divided by the sampling temperature before the softmax, as in TRL, so ratios compare like with like.
 """
 
@@ -58,9 +59,13 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     prefix_ids: torch.Tensor | None = None,  # [1, L]: tokens every row starts with
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Returns (logp [B, T], entropy [B, T] or None) for the last T tokens of each row."""
+    """Returns (logp [B, T], entropy [B, T] or None) for the last T tokens of each row.
+
+    ``chunk_tokens``: positions whose logits exist at once (see :func:`chunked_token_logprobs`);
+    None computes them all at once, as the CPU tiers' small vocabularies can afford.
+    """
     T = num_completion_tokens
     B = input_ids.shape[0]
     decoder = model.get_decoder()
@@ -98,7 +103,7 @@ def chunked_token_logprobs(
     targets: torch.Tensor,  # [B, T]
     temperature: float,
     with_entropy: bool,
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(target) and the entropy at each of B x T positions, ``chunk_tokens`` positions at a time.
 
@@ -107,7 +112,8 @@ def chunked_token_logprobs(
     With gradients enabled each chunk runs under activation checkpointing, so backward
     recomputes its logits instead of keeping them: the [B, T, V] logits (and their fp32 copies)
     never exist at once, only C x V at a time (TRL's selective_log_softmax and
-    entropy_from_logits loop for the same reason).
+    entropy_from_logits loop for the same reason). The price is the LM head's matmul once more
+    in backward. ``chunk_tokens=None``: all positions in one piece, without checkpointing.
     """
     B, T, H = hidden.shape
     flat_hidden = hidden.reshape(B * T, H)
@@ -122,10 +128,11 @@ def chunked_token_logprobs(
             entropy = -(log_softmax.exp() * log_softmax).sum(-1) if with_entropy else log_softmax.new_empty(0)
         return logp, entropy
 
-    checkpointed = torch.is_grad_enabled() and hidden.requires_grad
-    for start in range(0, B * T, max(1, chunk_tokens)):
-        h = flat_hidden[start : start + chunk_tokens]
-        t = flat_targets[start : start + chunk_tokens]
+    checkpointed = chunk_tokens is not None and torch.is_grad_enabled() and hidden.requires_grad
+    size = max(1, chunk_tokens or B * T)
+    for start in range(0, B * T, size):
+        h = flat_hidden[start : start + size]
+        t = flat_targets[start : start + size]
         if checkpointed:
             logp, entropy = checkpoint(chunk_logprobs, h, t, use_reentrant=False)
         else:

@@ -10,7 +10,7 @@ A step holds, besides the weights, three things whose size the learner controls:
 
 P parameters, V vocabulary, C = ``chunk_tokens`` (worker/engine/logprobs.py never holds more
 than C positions' logits). Per token and decoder layer, a Qwen2 layer (hidden H, FFN width F)
-keeps for backward about ``ACT_HIDDEN_COPIES x H + ACT_FFN_COPIES x F`` values: the residual
+keeps for backward about ``10 H + 4 F + 3 K`` values (K = kv_heads x head_dim): the residual
 stream, the norms, q/k/v, the attention output, gate, up, SiLU(gate), their product
 (measured on CPU with saved-tensor hooks, per token: 1.38 MB for the Qwen2.5-0.5B shape in
 pure bf16 and 1.59 MB under bf16 autocast with fp32 weights; 2.90 and 3.33 MB for 1.5B;
@@ -36,6 +36,7 @@ GIB = 1024**3
 # Values kept for backward per token and layer, in units of H and F (see the module docstring).
 ACT_HIDDEN_COPIES = 10
 ACT_FFN_COPIES = 4
+ACT_KV_COPIES = 3  # keys and values (before and after the rotary embedding), in units of kv_heads x head_dim
 # Mixed precision keeps the residual stream and the norms' outputs in fp32 (4 bytes) while the
 # matmuls' inputs and outputs are bf16: measured 2.34 bytes a value on average (0.5B and 1.5B
 # shapes), where pure bf16 takes 2; 2.5 leaves a margin.
@@ -43,7 +44,7 @@ MIXED_BYTES_PER_VALUE = 2.5
 # fp32 copies of a chunk's logits alive at once: the upcast, the division by the temperature,
 # log_softmax, its exp for the entropy, and the gradient's two in backward.
 LOGIT_CHUNK_COPIES = 6
-DEFAULT_CHUNK_TOKENS = 1024
+DEFAULT_CHUNK_TOKENS = 256  # x 151,936 x 4 bytes x 6 copies = 0.9 GiB for Qwen
 # Allocator fragmentation and temporaries the estimate does not count.
 SAFETY_FACTOR = 1.25
 # Without checkpointing a micro-batch must hold at least this many of the longest rows; below
@@ -52,6 +53,10 @@ MIN_ROWS_WITHOUT_CHECKPOINTING = 4
 # Gradients (fp32) + AdamW's two moments (fp32) + autocast's bf16 weight copies.
 STATE_BYTES_PER_PARAM_MIXED = 4 + 8 + 2
 STATE_BYTES_PER_PARAM_FP32 = 4 + 8
+# The CUDA context and kernels (not counted by torch's allocator) and the margin the learner
+# keeps back from the free memory it plans with (worker/engine/trainer.py).
+CUDA_CONTEXT_BYTES = GIB // 2
+DEVICE_MARGIN_BYTES = GIB // 2
 
 
 @dataclass(frozen=True)
@@ -110,11 +115,12 @@ QWEN25_1_5B = ModelShape(1536, 8960, 28, 12, 2, 151936, tied_embeddings=True)
 def activation_bytes_per_token(shape: ModelShape, *, mixed: bool, checkpointing: bool) -> int:
     """Bytes kept for backward per token of a micro-batch (all layers), before the safety factor.
 
-    Without checkpointing: L x (10 H + 4 F) x b, with b = 2.5 bytes a value under mixed precision
+    Without checkpointing: L x (10 H + 4 F + 3 K) x b, with b = 2.5 bytes a value under mixed precision
     and 2 in pure bf16. With checkpointing: the L layer inputs (H values each, in the residual
     stream's dtype: 4 bytes mixed, 2 bf16) plus one layer's full set, recomputed in backward.
     """
-    per_layer = ACT_HIDDEN_COPIES * shape.hidden + ACT_FFN_COPIES * shape.intermediate
+    kv = shape.kv_heads * (shape.hidden // shape.heads)
+    per_layer = ACT_HIDDEN_COPIES * shape.hidden + ACT_FFN_COPIES * shape.intermediate + ACT_KV_COPIES * kv
     value = MIXED_BYTES_PER_VALUE if mixed else 2
     if not checkpointing:
         return math.ceil(shape.layers * per_layer * value)
@@ -155,6 +161,13 @@ class LearnerPlan:
             + (", bf16 autocast" if self.mixed else "")
             + ")"
         )
+
+
+def emulated_budget(shape: ModelShape, vram_bytes: int, engine_bytes: int) -> int:
+    """What the learner would find free on a card of ``vram_bytes`` once the engine has taken
+    ``engine_bytes`` and the fp32 weights are loaded, less its margin: the budget a step on
+    such a card plans with (tests and bench/gpu_check.py emulate cards with it)."""
+    return vram_bytes - engine_bytes - CUDA_CONTEXT_BYTES - 4 * shape.params - DEVICE_MARGIN_BYTES
 
 
 class LearnerDoesNotFit(ValueError):

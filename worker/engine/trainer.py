@@ -35,6 +35,7 @@ from worker.engine.logprobs import common_prefix_length, completion_logprobs
 from worker.engine.loss import grpo_loss, importance_weights
 from worker.engine.memory import (
     DEFAULT_CHUNK_TOKENS,
+    DEVICE_MARGIN_BYTES,
     GIB,
     LearnerPlan,
     ModelShape,
@@ -45,8 +46,6 @@ from worker.shared.config import GRPOConfig
 
 # A shared prefix shorter than this is not worth a separate forward pass.
 MIN_SHARED_PREFIX = 16
-# Of the device's free memory, kept back for the CUDA context's growth and the allocator.
-DEVICE_MARGIN_BYTES = GIB // 2
 
 
 @dataclass
@@ -170,9 +169,10 @@ def default_autocast_dtype(model: torch.nn.Module) -> torch.dtype | None:
     """bf16 autocast for fp32 weights on a CUDA device that computes in bf16 (compute
     capability 8.0+); None (plain fp32) elsewhere, as on CPU."""
     param = next(model.parameters())
-    if param.device.type == "cuda" and param.dtype == torch.float32 and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return None
+    if param.device.type != "cuda" or param.dtype != torch.float32:
+        return None
+    # not torch.cuda.is_bf16_supported(), which also says yes to emulated bf16 on older GPUs
+    return torch.bfloat16 if torch.cuda.get_device_capability(param.device) >= (8, 0) else None
 
 
 class GRPOLearner:
@@ -290,7 +290,8 @@ class GRPOLearner:
                 self.config.temperature,
                 with_entropy=with_entropy,
                 prefix_ids=mb.prefix_ids,
-                chunk_tokens=self.chunk_tokens,
+                # chunks where a budget is planned (a GPU); in one piece otherwise, as before
+                chunk_tokens=self.plan.chunk_tokens if self.plan is not None else None,
             )
 
     def _importance_weights(self, mb: _MicroBatch, old_logp: torch.Tensor, stats: _SamplerStats) -> None:

