@@ -212,14 +212,27 @@ if EMBEDDED:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis, waiting out a Redis outage instead of closing sockets, with group
+            # memberships restored when Redis is back (swarm_app/core/redis_layer.py).
+            "BACKEND": "swarm_app.core.redis_layer.ResilientRedisChannelLayer",
             # redis-py 8 reads with a 5 s socket timeout by default, exactly channels-redis's 5 s
             # blocking wait for the next message (BZPOPMIN): an idle consumer's read could time
             # out first and close its websocket with 1011 (seen in the coordinator bench, and a
             # dashboard that lost its socket this way missed live points). The read timeout
             # must outlast the wait.
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                # At most max_concurrent operations at once (the layer queues the rest); the
+                # pool holds those, the receive loop's connection and some headroom. A connect
+                # timeout keeps an unreachable Redis from stalling a hello.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 2,
+                        "max_connections": 96,
+                    }
+                ],
+                "max_concurrent": 64,
                 "capacity": 1000,
                 "expiry": 60,
             },
@@ -268,6 +281,11 @@ if POOL_SAMPLING not in ("inline", "celery"):
     raise ImproperlyConfigured(f"POOL_SAMPLING={POOL_SAMPLING!r}: expected inline or celery")
 WORKER_RATE_PER_SECOND = float(os.environ.get("WORKER_RATE_PER_SECOND", "20"))
 WORKER_RATE_BURST = float(os.environ.get("WORKER_RATE_BURST", "60"))
+# A worker socket that has not said hello this many seconds after connecting is closed (4000).
+WORKER_HELLO_SECONDS = float(os.environ.get("WORKER_HELLO_SECONDS", "10"))
+# Past this many database calls in flight per database thread, lease, submit, sample and metrics
+# requests are answered `busy` with a retry_after (backpressure instead of timeouts).
+WORKER_BUSY_QUEUE_PER_THREAD = int(os.environ.get("WORKER_BUSY_QUEUE_PER_THREAD", "8"))
 # The campaign form may start N `swarm-worker join` processes on this machine (demo coordinators;
 # off by default: a public coordinator must not run training jobs for whoever is staff).
 SWARM_ALLOW_LOCAL_WORKERS = env_bool("SWARM_ALLOW_LOCAL_WORKERS", False)

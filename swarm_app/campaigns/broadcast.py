@@ -34,8 +34,10 @@ def push_state(campaign: Campaign) -> None:
     for group in (worker_group(campaign.pk), campaign_group(campaign.pk)):
         try:
             async_to_sync(layer.group_send)(group, event)
-        except Exception:  # the next heartbeat carries the state anyway
-            log.exception("could not push state of campaign %s to %s", campaign.pk, group)
+        except Exception as error:  # the next heartbeat carries the state anyway
+            log.warning(
+                "could not push state of campaign %s to %s (channel layer: %s)", campaign.pk, group, error
+            )
 
 
 def broadcast_refresh(campaign_id: int) -> None:
@@ -45,5 +47,7 @@ def broadcast_refresh(campaign_id: int) -> None:
         return
     try:
         async_to_sync(layer.group_send)(campaign_group(campaign_id), {"type": "dashboard.refresh"})
-    except Exception:  # dashboards also refresh on their own every few seconds
-        log.exception("could not ask dashboards of campaign %s to refresh", campaign_id)
+    except Exception as error:  # dashboards also refresh on their own every few seconds
+        log.warning(
+            "could not ask dashboards of campaign %s to refresh (channel layer: %s)", campaign_id, error
+        )

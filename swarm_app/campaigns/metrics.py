@@ -37,8 +37,8 @@ def broadcast(campaign_id: int, row: RoundMetrics) -> None:
     }
     try:
         async_to_sync(layer.group_send)(campaign_group(campaign_id), event)
-    except Exception:  # the dashboard catching up on reload is fine; losing the report is not
-        log.exception("could not broadcast metrics of campaign %s", campaign_id)
+    except Exception as error:  # the dashboard catching up on reload is fine; losing the report is not
+        log.warning("could not broadcast metrics of campaign %s (channel layer: %s)", campaign_id, error)
 
 
 def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetrics:

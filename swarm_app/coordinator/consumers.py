@@ -8,19 +8,19 @@ revoked token, banned node, no common protocol version) close the socket after t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from swarm_app.campaigns.broadcast import worker_group
 from swarm_app.coordinator import groups, leases, pool, sessions, submissions
+from swarm_app.coordinator.database import db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.presence import PRESENCE
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
 
@@ -29,6 +29,20 @@ UNEXPECTED_LOG_SECONDS = 60.0  # a connection's internal errors log one tracebac
 
 FATAL = {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
 CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, ErrorCode.BANNED: 4003}
+
+
+# Requests that queue for the database threads; heartbeats and releases are cheap and always answered.
+DATABASE_WORK = frozenset({"lease_request", "submit", "sample_request", "metrics"})
+
+
+def busy() -> ProtocolError:
+    """``busy``: the database queue is full. The worker waits ``retry_after`` (plus its own jitter)
+    and sends the same request again on the same connection: the socket, its lease and the
+    worker's place in the campaign are kept (before, overload meant timeouts, reconnect storms
+    and workers dropped: docs/coordinator-bench.md)."""
+    error = ProtocolError(ErrorCode.BUSY, "the coordinator is busy; send this request again shortly")
+    error.data = {"retry_after": round(1.0 + in_flight() / max(1, queue_limit()), 2)}
+    return error
 
 
 class TokenBucket:
@@ -48,39 +62,9 @@ class TokenBucket:
         return False
 
 
-def _database_threads() -> int:
-    """Threads for database work: one per pooled PostgreSQL connection; 0 on SQLite.
-
-    Channels' ``database_sync_to_async`` runs every call of a process on ONE thread, so while
-    one request waits on PostgreSQL (about half of a submission's time) no other request of
-    that process makes progress. The service functions are written for many concurrent
-    connections (several ASGI servers share one database: row locks, conditional updates,
-    unique constraints), so on PostgreSQL they run on a pool of threads instead, one per
-    connection of the process's psycopg pool. SQLite allows one writer at a time: there the
-    calls stay on the single thread.
-    """
-    database = settings.DATABASES["default"]
-    if database["ENGINE"] != "django.db.backends.postgresql":
-        return 0
-    pool = database.get("OPTIONS", {}).get("pool")
-    if isinstance(pool, dict):
-        return int(pool.get("max_size", 8))
-    return 8 if pool else 4  # psycopg's default pool, or no pool: a few connections of its own
-
-
-_THREADS = _database_threads()
-_EXECUTOR = ThreadPoolExecutor(_THREADS, thread_name_prefix="coordinator-db") if _THREADS else None
-
-
-def db(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``database_sync_to_async(function)``, on the database thread pool where there is one."""
-    if _EXECUTOR is None:
-        return DatabaseSyncToAsync(function)
-    return DatabaseSyncToAsync(function, thread_sensitive=False, executor=_EXECUTOR)
-
-
 class WorkerConsumer(AsyncWebsocketConsumer):
     node: WorkerNode | None = None
+    hello_timer: asyncio.Future | None = None
     unexpected = 0  # internal errors on this connection
     unexpected_logged_at = float("-inf")  # when the last traceback was logged
 
@@ -88,12 +72,26 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         self.node = None
         self.bucket = TokenBucket(settings.WORKER_RATE_PER_SECOND, settings.WORKER_RATE_BURST)
         await self.accept()
+        self.hello_timer = asyncio.ensure_future(self._close_without_hello(settings.WORKER_HELLO_SECONDS))
+
+    async def _close_without_hello(self, seconds: float) -> None:
+        """A socket that never says hello holds a connection slot for nothing: closed (4000)."""
+        await asyncio.sleep(seconds)
+        if self.node is None:
+            await self.send(
+                protocol.error(ErrorCode.NOT_AUTHENTICATED, f"no hello within {seconds:g} s of connecting")
+            )
+            await self.close(code=4000)
 
     async def disconnect(self, code: int) -> None:
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
         if self.node is not None:
+            # The database first: the channel layer may be away, the node is disconnected anyway.
+            PRESENCE.forget(self.node.pk)
+            await db(sessions.disconnected)(self.node)
             for group in self._groups():
                 await self.channel_layer.group_discard(group, self.channel_name)
-            await db(sessions.disconnected)(self.node)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         request_id = None
@@ -136,6 +134,9 @@ class WorkerConsumer(AsyncWebsocketConsumer):
             return "welcome", await self.on_hello(message.fields)
         if self.node is None:
             raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {message.type}")
+        PRESENCE.touch(self.node.pk)  # any message proves liveness
+        if message.type in DATABASE_WORK and in_flight() >= queue_limit():
+            raise busy()
         handler = getattr(self, f"on_{message.type}")
         return await handler(message.fields)
 
@@ -148,6 +149,9 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         }
         node, welcome = await db(sessions.hello)(fields, limits)
         self.node = node
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
+        PRESENCE.pushed_state(node.campaign_id, welcome["campaign"]["state"])
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         return welcome
@@ -189,7 +193,7 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         return "metrics_ack", {"round": fields["round"]}
 
     async def on_heartbeat(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        state = await db(sessions.heartbeat)(self.node)
+        state = await PRESENCE.campaign_state(self.node.campaign_id)  # no database round trip
         return "heartbeat_ack", {"campaign_state": state}
 
     async def on_release(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -204,4 +208,6 @@ class WorkerConsumer(AsyncWebsocketConsumer):
 
     async def campaign_state(self, event: dict[str, Any]) -> None:
         """Group event from the web UI: the organizer paused, resumed or stopped the campaign."""
+        if self.node is not None:
+            PRESENCE.pushed_state(self.node.campaign_id, event["state"])
         await self.send(protocol.encode("campaign_state", state=event["state"]))

@@ -35,5 +35,5 @@ def end_sessions(group: str, code: ErrorCode, message: str) -> None:
         return
     try:
         async_to_sync(layer.group_send)(group, {"type": "session.end", "code": str(code), "message": message})
-    except Exception:
-        log.warning("could not end the sessions of %s (channel layer unavailable)", group, exc_info=True)
+    except Exception as error:
+        log.warning("could not end the sessions of %s (channel layer unavailable: %s)", group, error)

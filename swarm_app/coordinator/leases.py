@@ -6,13 +6,21 @@ deadline; a lease that expires or is released goes back in line and its question
 again, whole, to the next node that asks (``reissue_of`` links the two). A late submission for
 an expired lease is refused (``lease_expired``), so no question is ever counted twice.
 
-"Goes back in line" means: state expired or released, or still active but past its deadline.
-The last kind is reissued as it is found, so a lease request need not first mark every overdue
-lease expired (a write on every request); the liveness beat does that in bulk (expire_overdue),
-and a submission checks the deadline itself. The common request (nothing held, nothing waiting)
-costs one read (the campaign, the node's state, whether this node holds a lease for the round
-and whether any lease waits; one prepared statement on PostgreSQL, sql.LEASE_VIEW) and two
-single-statement writes (allocate positions, insert the lease).
+"Goes back in line" means: state expired or released. An active lease past its deadline is
+marked expired by a sweep (expire_overdue: every few seconds on each ASGI server, presence.py,
+and on the liveness beat), so it is reissued at most a few seconds after its deadline; a
+submission checks the deadline itself. A lease request never looks for overdue active leases:
+that range of an index holds the dead entry of every lease submitted since the last VACUUM, and
+its cost grew with the campaign's age (sql.py).
+
+One lease per node and round: once a node submitted a round, a lease request for that round
+(a worker that crashed after its submit_ack and resumed at the same round) is answered with
+``round_submitted`` and the stored ack, never with a second lease.
+
+The common request (nothing held, nothing waiting) costs one read (the campaign, the node's
+state, the lease this node holds or submitted for the round and whether any lease waits; one
+prepared statement on PostgreSQL, sql.LEASE_VIEW) and two single-statement writes (allocate
+positions, insert the lease).
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ class LeaseRequestView:
     node_state: str
     token_revoked: bool  # the node's token, revoked since this connection's hello
     held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
+    submitted_ack: dict[str, Any] | None  # the ack of this node's submission for the round
     any_waiting: bool
 
 
@@ -82,21 +91,23 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         (row,) = sql.fetch(
             sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
         )
-        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, any_waiting = row
+        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, ack, any_waiting = row
         held = (held_id, held_deadline, json.loads(held_refs)) if held_id is not None else None
+        submitted_ack = json.loads(ack) if ack is not None else None
         return LeaseRequestView(
-            name, state, settings_from_text(config), node_state, revoked, held, any_waiting
+            name, state, settings_from_text(config), node_state, revoked, held, submitted_ack, any_waiting
         )
     held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)
     campaign = Campaign.objects.annotate(
         held_pk=Subquery(held_leases.values("pk")[:1]),
-        any_waiting=Exists(Lease.objects.filter(_waiting(now), campaign_id=OuterRef("pk"))),
+        any_waiting=Exists(Lease.objects.filter(_WAITING, campaign_id=OuterRef("pk"))),
         node_state=Subquery(WorkerNode.objects.filter(pk=node.pk).values("state")[:1]),
         token_banned=Exists(WorkerToken.objects.filter(pk=node.token_id, banned_at__isnull=False)),
         token_revoked=Exists(WorkerToken.objects.filter(pk=node.token_id, revoked_at__isnull=False)),
     ).get(pk=node.campaign_id)
     held_lease = Lease.objects.filter(pk=campaign.held_pk).first() if campaign.held_pk else None
     held = (held_lease.lease_id, held_lease.deadline, held_lease.questions) if held_lease else None
+    done = Lease.objects.filter(node=node, round=round, state=Lease.State.SUBMITTED).order_by("pk").first()
     return LeaseRequestView(
         campaign.name,
         campaign.state,
@@ -104,14 +115,13 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         WorkerNode.State.BANNED if campaign.token_banned else campaign.node_state,
         campaign.token_revoked,
         held,
+        done.ack if done is not None else None,
         campaign.any_waiting,
     )
 
 
-def _waiting(now: datetime) -> Q:
-    return Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED]) | Q(
-        state=Lease.State.ACTIVE, deadline__lt=now
-    )
+# Leases whose questions wait to be reissued (the partial index lease_waiting).
+_WAITING = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
 
 
 def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
@@ -135,13 +145,20 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
             ErrorCode.CAMPAIGN_NOT_RUNNING,
             f"this campaign runs {config.rounds} rounds per node; round {round} is past it",
         )
+    if view.submitted_ack is not None:
+        error = ProtocolError(
+            ErrorCode.ROUND_SUBMITTED,
+            f"round {round} was already submitted by this node: report its metrics and go on",
+        )
+        error.data = view.submitted_ack
+        raise error
     mix = config.mix
     if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
         return lease_payload(mix, view.held[0], round, view.held[1], view.held[2])
     deadline = now + timedelta(seconds=config.lease_seconds)
     lease_id = uuid.uuid4().hex
     if view.any_waiting:
-        refs = _reissue(node, round, lease_id, deadline, now)
+        refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
             return lease_payload(mix, lease_id, round, deadline, refs)
     # Fresh positions of the campaign's stream, allocated in a statement of their own: the
@@ -175,16 +192,14 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
     return lease_payload(mix, lease_id, round, deadline, refs)
 
 
-def _reissue(
-    node: WorkerNode, round: int, lease_id: str, deadline: datetime, now: datetime
-) -> list[dict[str, Any]] | None:
+def _reissue(node: WorkerNode, round: int, lease_id: str, deadline: datetime) -> list[dict[str, Any]] | None:
     """Reissue the oldest waiting lease's questions as ``lease_id``; None if none is left."""
     with transaction.atomic():
         # Lock the oldest one; SKIP LOCKED: another server reissuing or a late submission
         # claiming a lease holds its row, and must not be waited for.
         waiting = (
             Lease.objects.select_for_update(skip_locked=True)
-            .filter(_waiting(now), campaign_id=node.campaign_id)
+            .filter(_WAITING, campaign_id=node.campaign_id)
             .order_by("issued_at")
             .first()
         )

@@ -101,10 +101,17 @@ class Lease(models.Model):
 
     class Meta:
         indexes = [
-            # Leases waiting to be reissued: (campaign, expired | released), or (campaign,
-            # active, deadline < now), both ranges of this index.
-            models.Index(fields=["campaign", "state", "deadline"], name="lease_reissue"),
-            models.Index(fields=["state", "deadline"], name="lease_expiry"),
+            # Partial indexes, so that neither read walks the campaign's history: leases waiting
+            # to be reissued (a lease request asks whether any exists, then takes the oldest),
+            # and active leases by deadline (the sweep that expires overdue ones).
+            models.Index(
+                fields=["campaign", "issued_at"],
+                condition=models.Q(state__in=["expired", "released"]),
+                name="lease_waiting",
+            ),
+            models.Index(
+                fields=["deadline"], condition=models.Q(state="active"), name="lease_active_deadline"
+            ),
             # A lease request looks up the lease the node already holds for the round.
             models.Index(fields=["node", "round"], name="lease_by_node_round"),
         ]

@@ -84,13 +84,5 @@ def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, d
     return node, welcome
 
 
-def heartbeat(node: WorkerNode) -> str:
-    WorkerNode.objects.filter(pk=node.pk).update(
-        last_seen=timezone.now(), connected=True, state=WorkerNode.State.HEALTHY
-    )
-    node.refresh_from_db(fields=["state", "campaign"])
-    return Campaign.objects.values_list("state", flat=True).get(pk=node.campaign_id)
-
-
 def disconnected(node: WorkerNode) -> None:
     WorkerNode.objects.filter(pk=node.pk).update(connected=False, last_seen=timezone.now())

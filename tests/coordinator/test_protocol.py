@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
+from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token, revoke
 from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, run, stored_state
 from tests.wsclient import RawSession
@@ -290,6 +291,14 @@ def test_replayed_and_late_submissions(ready, campaign):
         )
         expect_error(reply, "lease_expired", "expired")
         await s.close()
+        # The coordinator's sweep (presence.py, every FLUSH_SECONDS) puts it back in line.
+        deadline = time.monotonic() + 3 * FLUSH_SECONDS
+        while (
+            await asyncio.to_thread(lambda: Lease.objects.get(lease_id=lease_b["lease_id"]).state)
+            != "expired"
+        ):
+            assert time.monotonic() < deadline, "the overdue lease was never marked expired"
+            await asyncio.sleep(0.2)
         a = await connected(ready, "node-a")
         reissued = await a.request("lease_request", round=1)
         await a.close()

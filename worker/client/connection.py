@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import threading
 import time
@@ -72,6 +73,17 @@ class _ConnectionLost(Exception):
 
 class _Retry(Exception):
     """Internal: this connection attempt failed in a way worth retrying."""
+
+
+def busy_delay(data: dict[str, Any] | None, cap: float = 60.0) -> float:
+    """How long to wait after ``busy``: the coordinator's ``retry_after`` (capped), stretched by a
+    random 0-50% so that the workers it turned away do not all come back at once."""
+    try:
+        wait = float((data or {}).get("retry_after", 1.0))
+    except (TypeError, ValueError):
+        wait = 1.0
+    wait = min(max(wait, 0.1), cap) if math.isfinite(wait) else 1.0
+    return wait * random.uniform(1.0, 1.5)
 
 
 class Backoff:
@@ -537,6 +549,9 @@ class Connection:
                 code, text, data = error_parts(message)
                 if code in FATAL_CODES:
                     raise self._fatal or FatalError(code, text)
+                if code == ErrorCode.BUSY:  # the coordinator is behind: wait as told, same connection
+                    await self._sleep(busy_delay(data))
+                    continue
                 if code not in TRANSIENT_CODES:
                     raise RequestError(code, text, data)
                 problem = f"{text} ({code})"

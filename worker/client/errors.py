@@ -67,6 +67,16 @@ class LeaseLost(ClientError):
         self.code = str(code)
 
 
+class RoundSubmitted(ClientError):
+    """This node already submitted the round (the process died after its submit_ack): the pool
+    holds its rollouts, so the round is reported and the node goes on to the next one."""
+
+    def __init__(self, round: int, ack: dict[str, Any] | None) -> None:
+        super().__init__(f"round {round} was already submitted by this node")
+        self.round = round
+        self.ack = ack or {}
+
+
 class RequestError(ClientError):
     """The coordinator answered a request with an error that retrying will not fix."""
 

@@ -31,6 +31,7 @@ from worker.client.errors import (
     CampaignFinished,
     LeaseLost,
     RequestError,
+    RoundSubmitted,
     SubmissionRejected,
 )
 from worker.engine.transport import Lease
@@ -65,9 +66,15 @@ class WebsocketTransport(Connection):
     def lease(self, agent_id: str, round: int, count: int) -> Lease:
         """This node's questions for ``round``; waits while the campaign is paused.
 
-        Raises :class:`CampaignFinished` when the campaign ended or ``round`` is past its rounds.
+        Raises :class:`CampaignFinished` when the campaign ended or ``round`` is past its rounds,
+        :class:`RoundSubmitted` when this node already submitted ``round``.
         """
-        message = self._call(self._lease(round))
+        try:
+            message = self._call(self._lease(round))
+        except RequestError as error:
+            if error.code == ErrorCode.ROUND_SUBMITTED:
+                raise RoundSubmitted(round, error.data) from None
+            raise
         fields = message.fields
         if fields["round"] != round:
             raise RequestError(

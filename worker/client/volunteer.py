@@ -33,7 +33,7 @@ from worker import __version__
 from worker.client.address import is_loopback, normalise_url
 from worker.client.backends import build_backend, choose_backend, measure_generation_speed
 from worker.client.connection import DEFAULT_REQUEST_TIMEOUT, FINISHED_STATES, RUNNING
-from worker.client.errors import CampaignFinished, FatalError, LeaseLost
+from worker.client.errors import CampaignFinished, FatalError, LeaseLost, RoundSubmitted
 from worker.client.identity import (
     checkpoint_path,
     load_identity,
@@ -405,6 +405,16 @@ class _WorkerRun:
             self.phase, line.phase = "generate", "generating"
             try:
                 agent.generate_phase()
+            except RoundSubmitted as done:
+                # The pool holds this round's rollouts (the last process died after its
+                # submit_ack): report the round, untrained, and go on; no second lease for it.
+                log.warning("round %d: already submitted before a restart; going on to the next", done.round)
+                transport.report(
+                    agent.agent_id, done.round, {"round": float(done.round), "resumed_submitted": 1.0}
+                )
+                agent.round = done.round + 1
+                self.phase = "idle"
+                continue
             except LeaseLost as lost:
                 lost_in_a_row += 1
                 if lost_in_a_row >= 5:

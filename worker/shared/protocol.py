@@ -58,6 +58,8 @@ class ErrorCode(StrEnum):
     LEASE_EXPIRED = "lease_expired"
     LEASE_MISMATCH = "lease_mismatch"
     DUPLICATE_SUBMISSION = "duplicate_submission"
+    ROUND_SUBMITTED = "round_submitted"
+    BUSY = "busy"
     REWARD_MISMATCH = "reward_mismatch"
     GROUND_TRUTH_MISMATCH = "ground_truth_mismatch"
     INTERNAL = "internal_error"
@@ -82,6 +84,9 @@ ERROR_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.LEASE_EXPIRED: "submitted after the deadline; the questions went to others",
     ErrorCode.LEASE_MISMATCH: "rollouts do not answer the leased questions exactly",
     ErrorCode.DUPLICATE_SUBMISSION: "this submission id was already accepted",
+    ErrorCode.ROUND_SUBMITTED: "a lease for a round this node already submitted (after a crash): "
+    "data is the stored ack; report the round's metrics and go on to the next",
+    ErrorCode.BUSY: "the coordinator is behind: send the same request again after data.retry_after seconds",
     ErrorCode.REWARD_MISMATCH: "a claimed reward differs from the verified one",
     ErrorCode.GROUND_TRUTH_MISMATCH: "question or answer differs from the record",
     ErrorCode.INTERNAL: "the coordinator failed on this request (a bug: it is logged)",
@@ -205,7 +210,9 @@ class Welcome(_Message, tag="welcome"):
     campaign: Annotated[Object, Meta(description="id, name, state and config (tasks, G, I, J, GRPO...)")]
     tier: Annotated[str, Meta(max_length=64)]
     model: Annotated[Object, Meta(description="the tier's ModelSpec")]
-    resume_round: Annotated[int, Meta(ge=0, description="the next round the coordinator expects from this node")]
+    resume_round: Annotated[
+        int, Meta(ge=0, description="the next round the coordinator expects from this node")
+    ]
     heartbeat_seconds: Annotated[float, Meta(ge=1)]
     limits: Annotated[Object, Meta(description="max_message_bytes, rate limits")]
     reason: Annotated[str, Meta(max_length=500, description="why this tier")]
@@ -283,7 +290,15 @@ WORKER_MESSAGES: dict[str, type[_Message]] = {
 COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
     cls.__struct_config__.tag: cls
     for cls in (
-        Welcome, Lease, SubmitAck, Samples, MetricsAck, HeartbeatAck, ReleaseAck, CampaignState, Error
+        Welcome,
+        Lease,
+        SubmitAck,
+        Samples,
+        MetricsAck,
+        HeartbeatAck,
+        ReleaseAck,
+        CampaignState,
+        Error,
     )
 }
 # The reply each worker request gets (or `error`).
@@ -372,7 +387,9 @@ def _invalid(error: msgspec.ValidationError, raw: str | bytes, direction: str) -
     if path == "type" and what.startswith("invalid value"):
         expected = sorted(WORKER_MESSAGES if direction == "worker" else COORDINATOR_MESSAGES)
         return _with_id(
-            ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type: {what}; expected one of {expected}"),
+            ProtocolError(
+                ErrorCode.UNKNOWN_TYPE, f"unknown message type: {what}; expected one of {expected}"
+            ),
             raw,
         )
     where = f"field {path!r}: " if path else ""

@@ -1,0 +1,126 @@
+"""The production channel layer: channels-redis, made best effort for what the workers need.
+
+No request of a worker needs Redis (hello, lease, submit, sample, metrics and heartbeat are
+database work); Redis carries only pushes (a campaign's state, the end of a revoked token's or a
+banned node's sessions) and the dashboard's live points. With the stock layer a Redis outage
+took every worker offline: each consumer's read of its channel raised, the consumer died and its
+socket closed with 1011, and a hello's ``group_add`` raised ``internal_error``. Here:
+
+* ``receive`` waits out an outage (retrying every ``retry_seconds``) instead of raising, so the
+  consumer and its socket live on; pushes sent meanwhile are lost (at-most-once, as the channel
+  layer spec allows: every push has a database fallback, see coordinator/groups.py).
+* ``group_add`` and ``group_discard`` never raise: a failed one is logged (once per outage) and
+  remembered. Memberships are kept in memory too, and when Redis answers again every live
+  membership of this process is added again (a restarted Redis has lost them all).
+* At most ``max_concurrent`` Redis operations of this process run at once (the rest queue), so
+  a mass disconnect or a reconnect storm never asks the connection pool for more connections
+  than it holds (channels-redis on redis-py 8 raised MaxConnectionsError past its 100, in the
+  disconnect handler, before the node was marked disconnected).
+
+``group_send`` and ``send`` still raise: their callers (coordinator/groups.py, the campaigns'
+broadcast) already treat a push as best effort and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any
+
+from channels_redis.core import RedisChannelLayer
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+OUTAGE_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
+
+
+class ResilientRedisChannelLayer(RedisChannelLayer):
+    def __init__(self, *args: Any, max_concurrent: int = 64, retry_seconds: float = 1.0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.max_concurrent = max_concurrent
+        self.retry_seconds = retry_seconds
+        self.memberships: dict[str, set[str]] = defaultdict(set)  # group -> channels of this process
+        self.down = False  # an operation failed and Redis has not answered since
+        self._limit: asyncio.Semaphore | None = None
+        self._limit_loop: asyncio.AbstractEventLoop | None = None
+        self._repair: asyncio.Task | None = None
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._limit is None or self._limit_loop is not loop:  # one per event loop, as the pools
+            self._limit, self._limit_loop = asyncio.Semaphore(self.max_concurrent), loop
+        return self._limit
+
+    def _outage(self, what: str, error: BaseException) -> None:
+        if not self.down:
+            log.warning("channel layer unavailable (%s: %s); pushes are lost until it is back", what, error)
+        self.down = True
+        if self._repair is None or self._repair.done():
+            self._repair = asyncio.ensure_future(self._repair_when_back())
+
+    async def _repair_when_back(self) -> None:
+        """Ping until Redis answers, then add every live membership of this process again."""
+        while True:
+            await asyncio.sleep(self.retry_seconds)
+            try:
+                async with self._semaphore():
+                    await self.connection(0).ping()
+                for group, channels in list(self.memberships.items()):
+                    for channel in list(channels):
+                        async with self._semaphore():
+                            await super().group_add(group, channel)
+            except OUTAGE_ERRORS:
+                continue
+            self.down = False
+            log.warning("channel layer is back; %d group memberships restored", self.membership_count)
+            return
+
+    @property
+    def membership_count(self) -> int:
+        return sum(len(channels) for channels in self.memberships.values())
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        while True:
+            try:
+                return await super().receive(channel)
+            except OUTAGE_ERRORS as error:
+                self._outage("receive", error)
+                await asyncio.sleep(self.retry_seconds)
+
+    async def group_add(self, group: str, channel: str) -> None:
+        self.memberships[group].add(channel)
+        if self.down:  # do not wait on a Redis known to be away: the repair adds it
+            return
+        try:
+            async with self._semaphore():
+                await super().group_add(group, channel)
+        except OUTAGE_ERRORS as error:
+            self._outage("group_add", error)  # restored by the repair
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        members = self.memberships.get(group)
+        if members is not None:
+            members.discard(channel)
+            if not members:
+                del self.memberships[group]
+        if self.down:
+            return
+        try:
+            async with self._semaphore():
+                await super().group_discard(group, channel)
+        except OUTAGE_ERRORS as error:
+            # The stale entry expires with the group (group_expiry); a push to it is dropped.
+            self._outage("group_discard", error)
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if self.down:  # fail fast (callers treat pushes as best effort) rather than wait to connect
+            raise RedisConnectionError("the channel layer's Redis is unavailable")
+        async with self._semaphore():
+            await super().group_send(group, message)
+
+    async def send(self, channel: str, message: dict[str, Any]) -> None:
+        async with self._semaphore():
+            await super().send(channel, message)
