@@ -207,5 +207,8 @@ def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign, pk=pk)
     token = get_object_or_404(campaign.tokens, pk=token_id)
     revoke(token)
-    messages.success(request, f"Token {token.prefix}… revoked; workers using it are disconnected now and refused from now on.")
+    messages.success(
+        request,
+        f"Token {token.prefix}… revoked; workers using it are disconnected now and refused from now on.",
+    )
     return redirect("campaign-tokens", pk=campaign.pk)

@@ -134,7 +134,9 @@ def setting_bounds(name: str) -> dict[str, float]:
         elif item.default_factory is not dataclasses.MISSING:
             defaults[item.name] = item.default_factory()
     bounds = {
-        key: max(SETTING_FACTOR * abs(value), SETTING_FLOOR) for key, value in defaults.items() if _number(value)
+        key: max(SETTING_FACTOR * abs(value), SETTING_FLOOR)
+        for key, value in defaults.items()
+        if _number(value)
     }
     for key in list(bounds):
         if key.startswith("min_") and f"max_{key[4:]}" in bounds:
@@ -162,7 +164,9 @@ def check_setting_bounds(task: TaskSpec) -> None:
         if isinstance(value, list | tuple) and any(
             _number(item) and not abs(item) <= SETTING_CAP * SETTING_FACTOR for item in value
         ):
-            raise TaskError(f"task {task.name!r}: {key} holds a number above {SETTING_CAP * SETTING_FACTOR:g}")
+            raise TaskError(
+                f"task {task.name!r}: {key} holds a number above {SETTING_CAP * SETTING_FACTOR:g}"
+            )
 
 
 PRESETS: dict[str, TaskMix] = {
