@@ -18,7 +18,6 @@
   // titles, is off (drag zooms, a double-click resets).
   const PLOT_CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
   const LEGEND = { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" };
-  // A legend even for one line: it says which arm the line is.
 
   const state = {
     step: 1,
@@ -184,7 +183,7 @@
       xaxis: { title: { text: "round" } },
       yaxis: { title: { text: y } },
       legend: LEGEND,
-      showlegend: true,
+      showlegend: true, // also for one line: the legend says which arm it is
       height: 300,
     });
     const message = emptyMessage(tier);
