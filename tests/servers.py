@@ -7,6 +7,7 @@ ORM is what the server sees, and the other way round.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -158,3 +159,31 @@ def worker_process(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def start_redis(port: int, log: Path) -> subprocess.Popen:
+    """A redis-server of this test's own (the suite's is shared with other tests)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not on PATH (the PostgreSQL + Redis mode needs it)")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 10
+    while redis_cli(port, "ping") != ["PONG"]:
+        assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not start"
+        time.sleep(0.1)
+    return proc
+
+
+def redis_cli(port: int, *args: str) -> list[str]:
+    out = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, timeout=10)
+    return out.stdout.decode().split()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()

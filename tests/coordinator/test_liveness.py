@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import websockets
@@ -20,7 +17,7 @@ from django.db import connection, transaction
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from tests.coordinator.helpers import connected, expect_error, honest_rollouts, run
-from tests.servers import asgi_server, free_port
+from tests.servers import asgi_server, free_port, kill, redis_cli, start_redis
 from tests.wsclient import RawSession
 
 postgres_only = pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL + Redis mode")
@@ -164,34 +161,6 @@ def test_three_hundred_workers_closed_at_once_leave_no_node_connected(campaign, 
     connected_before, left = run(storm())
     assert connected_before == count
     assert left == 0, f"{left} of {count} nodes still marked connected 30 s after closing"
-
-
-def start_redis(port: int, log: Path) -> subprocess.Popen:
-    """A redis-server of this test's own (the suite's is shared with other tests)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 10
-    while redis_cli(port, "ping") != ["PONG"]:
-        assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not start"
-        time.sleep(0.1)
-    return proc
-
-
-def redis_cli(port: int, *args: str) -> list[str]:
-    out = subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, timeout=10)
-    return out.stdout.decode().split()
-
-
-def kill(proc: subprocess.Popen) -> None:
-    proc.kill()
-    proc.wait()
 
 
 @postgres_only
