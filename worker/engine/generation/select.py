@@ -168,7 +168,13 @@ def _make_vllm(
     vllm_kwargs: dict[str, Any],
 ) -> GenerationBackend:
     """A synced vLLM engine, or BackendUnavailable saying why there cannot be one here."""
-    from worker.engine.generation.vllm_backend import VLLMBackend
+    from worker.engine.generation.vllm_backend import VLLMBackend, engine_memory
+
+    if hardware is not None and hardware.device == "cuda":
+        try:  # before the seconds of `import vllm`: a card the plan refuses is known now
+            engine_memory(spec, hardware.vram_bytes, max_model_len=max_model_len)
+        except ValueError as error:
+            raise BackendUnavailable(str(error)) from error
 
     device = next(model.parameters()).device.type
     try:
