@@ -21,6 +21,7 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
+from swarm_app.coordinator.models import WorkerToken
 from worker.shared.campaign import CAMPAIGN_PRESETS, CampaignConfig, ConfigError, ControlsConfig
 from worker.shared.config import GRPOConfig
 from worker.shared.hardware import cpu_host
@@ -436,3 +437,13 @@ class CampaignForm(forms.Form):
 
 class TokenForm(forms.Form):
     label = forms.CharField(max_length=120, required=False, help_text="who or what will use it")
+    ban_scope = forms.TypedChoiceField(
+        label="A ban of one of its nodes bans",
+        choices=WorkerToken.BanScope.choices,
+        initial=WorkerToken.BanScope.TOKEN,
+        required=False,
+        empty_value=WorkerToken.BanScope.TOKEN,
+        help_text="a node that submits false rewards too often is banned; for a token given to one "
+        "volunteer, ban the token too (they cannot come back under a new node id); for a token shared "
+        "by several volunteers, only the node that lied",
+    )

@@ -137,6 +137,7 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
 
 def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:
     """Store the campaign; launch it and start local workers if the form asked to."""
+    from swarm_app.coordinator.models import WorkerToken
     from swarm_app.coordinator.tokens import create_token
 
     data = form.cleaned_data
@@ -149,7 +150,8 @@ def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:
     messages.success(request, f"Campaign {campaign.name!r} created ({campaign.state}).")
     local = data.get("local_workers") or 0
     if local:
-        _, secret = create_token(campaign, f"local workers ({local})")
+        # One token for N local processes: a ban holds for the lying node only.
+        _, secret = create_token(campaign, f"local workers ({local})", WorkerToken.BanScope.NODE)
         local_workers.start_local_workers(campaign, local, request.build_absolute_uri("/"), secret)
         messages.info(request, f"Started {local} local worker(s); their logs are in the data directory.")
     return campaign
@@ -179,7 +181,7 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         form = TokenForm(request.POST)
         if form.is_valid():
-            token, secret = create_token(campaign, form.cleaned_data["label"])
+            token, secret = create_token(campaign, form.cleaned_data["label"], form.cleaned_data["ban_scope"])
             messages.success(request, f"Token {token.prefix}… created. Copy it now: it is not shown again.")
             form = TokenForm()
     else:

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import WorkerToken
@@ -125,3 +126,18 @@ def test_tokens_are_shown_once_stored_hashed_and_revocable(staff):
     token.refresh_from_db()
     assert token.revoked
     assert "revoked" in staff.get(reverse("campaign-tokens", args=[campaign.pk])).content.decode()
+
+
+def test_a_token_is_created_with_the_organizers_ban_scope_and_shows_its_ban(staff):
+    campaign = make_campaign()
+    url = reverse("campaign-tokens", args=[campaign.pk])
+    assert "A ban of one of its nodes bans" in staff.get(url).content.decode()
+    staff.post(url, {"label": "shared by a class", "ban_scope": "node"})
+    staff.post(url, {"label": "one volunteer"})
+    scopes = dict(WorkerToken.objects.values_list("label", "ban_scope"))
+    assert scopes == {"shared by a class": "node", "one volunteer": "token"}
+    WorkerToken.objects.filter(label="one volunteer").update(
+        banned_at=timezone.now(), ban_reason="node abc: submitted 3 false rewards"
+    )
+    page = staff.get(url).content.decode()
+    assert "banned" in page and "node abc: submitted 3 false rewards" in page
