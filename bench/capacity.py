@@ -1,0 +1,269 @@
+"""How many volunteers one coordinator holds at the protocol's pace, and at what latency.
+
+N simulated volunteers (bench/coordinator.py's cheap clients: canned, truthfully scored rollouts
+of realistic size, no model) connect over real websockets to one real daphne process and each
+does what a worker does: a round every ``--round-seconds`` (default 30 s: lease, submit 8
+questions x G = 8, sample J = 4, metrics) and a heartbeat every 10 s in between, each
+volunteer starting at a random point of its period so that the offered load is flat
+(N / round_seconds rounds a second). A ``busy`` answer is waited out as the worker client does
+(``retry_after`` plus 0-50% jitter, same connection); a dropped connection reconnects, says
+hello again and continues.
+
+It prints one line per run:
+
+    volunteers=N rounds_per_s=... (offered ...) ack_p50_ms=... ack_p99_ms=... lost=... doubled=...
+        connected=...% busy=... floor_ratio=...
+
+* ``ack_*``: submit to submit_ack, in the steady window only (after every volunteer said hello);
+* ``lost``: submissions acked to a client but not stored; ``doubled``: node rounds stored twice
+  (both read from the database after the run);
+* ``connected``: volunteers connected at the end over N;
+* ``floor_ratio``: bench/coordinator.py's floor (the irreducible server CPU of one round,
+  measured in this run) over the measured server CPU per acked round (daphne + PostgreSQL
+  processes, from /proc); 1.0 would be the limit.
+
+Client and server share the machine: the clients' own CPU (one process, asyncio) is printed too,
+and what else ran should be said beside any figure.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
+        SECRET_KEY=bench .venv/bin/python bench/capacity.py --volunteers 1000 [--seconds 120] \
+        [--round-seconds 30] [--volunteers 3000 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._django import percentile, setup_django
+
+HEARTBEAT_SECONDS = 10.0
+REPLY_SECONDS = 60.0  # a client waits this long for a reply before it reconnects
+
+
+@dataclass
+class Tally:
+    acks: list[tuple[float, float]] = field(default_factory=list)  # (when, seconds) of each ack
+    acked_ids: set[str] = field(default_factory=set)
+    busy: int = 0
+    reconnects: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    connected: int = 0
+
+
+async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict) -> dict:
+    """One request and its reply, ``busy`` waited out as the worker client does."""
+    from worker.shared.protocol import encode
+
+    while True:
+        async with lock:
+            await ws.send(encode(kind, id="1", **fields))
+            reply = json.loads(await asyncio.wait_for(ws.recv(), REPLY_SECONDS))
+            while "reply_to" not in reply:  # a push (campaign_state): not the reply
+                reply = json.loads(await asyncio.wait_for(ws.recv(), REPLY_SECONDS))
+        if reply.get("type") == "error" and reply.get("code") == "busy":
+            tally.busy += 1
+            await asyncio.sleep(float(reply["data"]["retry_after"]) * random.uniform(1.0, 1.5))
+            continue
+        return reply
+
+
+async def volunteer(
+    url: str, token: str, node_id: str, mix, round_seconds: float, until: float, tally: Tally
+) -> None:
+    import websockets
+
+    from bench.coordinator import rollouts_for
+    from worker.shared.protocol import PROTOCOL_VERSION
+
+    hello = {
+        "protocol_versions": [PROTOCOL_VERSION],
+        "token": token,
+        "node_id": node_id,
+        "client_version": "bench",
+        "hardware": {"device": "cpu", "ram_bytes": 16 * 1024**3},
+        "backends": ["transformers"],
+        "generation_tokens_per_second": 1.0,
+    }
+    await asyncio.sleep(random.uniform(0, round_seconds))  # a flat offered load
+    round = 0
+    next_round = time.monotonic()
+    while time.monotonic() < until:
+        try:
+            async with websockets.connect(
+                url + "/ws/worker/", max_size=16 * 1024 * 1024, open_timeout=60
+            ) as ws:
+                lock = asyncio.Lock()
+
+                async def request(kind: str, ws=ws, lock=lock, **fields) -> dict:
+                    return await exchange(ws, lock, tally, kind, fields)
+
+                welcome = await request("hello", **hello)
+                if welcome["type"] != "welcome":
+                    raise RuntimeError(f"hello: {welcome}")
+                round = max(round, welcome["resume_round"])
+                tally.connected += 1
+                try:
+
+                    async def heartbeats() -> None:
+                        while True:
+                            await asyncio.sleep(HEARTBEAT_SECONDS)
+                            await request("heartbeat")
+
+                    beating = asyncio.ensure_future(heartbeats())
+                    try:
+                        while time.monotonic() < until:
+                            await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+                            next_round += round_seconds
+                            lease = await request("lease_request", round=round)
+                            if lease["type"] == "error" and lease["code"] == "round_submitted":
+                                await request("metrics", round=round, metrics={"resumed_submitted": 1.0})
+                                round += 1
+                                continue
+                            if lease["type"] != "lease":
+                                raise RuntimeError(f"lease: {lease}")
+                            submission_id = f"{node_id}-{round}"
+                            rollouts = rollouts_for(lease, node_id, mix)
+                            start = time.perf_counter()
+                            ack = await request(
+                                "submit",
+                                submission_id=submission_id,
+                                lease_id=lease["lease_id"],
+                                rollouts=rollouts,
+                            )
+                            if ack["type"] == "error" and ack["code"] == "duplicate_submission":
+                                ack = {"type": "submit_ack"}  # stored before a reconnect
+                            if ack["type"] != "submit_ack":
+                                raise RuntimeError(f"submit: {ack}")
+                            tally.acks.append((time.monotonic(), time.perf_counter() - start))
+                            tally.acked_ids.add(submission_id)
+                            await request("sample_request", round=round, count=4)
+                            await request("metrics", round=round, metrics={"loss": 0.1, "reward": 0.5})
+                            round += 1
+                    finally:
+                        beating.cancel()
+                finally:
+                    tally.connected -= 1
+        except Exception as error:  # a dropped or timed-out connection: reconnect, as a worker does
+            kind = type(error).__name__
+            tally.errors[kind] = tally.errors.get(kind, 0) + 1
+            tally.reconnects += 1
+            await asyncio.sleep(random.uniform(0.5, 2.0))
+
+
+def run(volunteers: int, seconds: float, round_seconds: float, round_floor_ms: float) -> dict:
+    from django.db import connection
+
+    from bench.coordinator import ServerCpu, make_campaign
+    from swarm_app.coordinator.models import Lease
+    from tests.servers import asgi_server
+
+    campaign, token = make_campaign(f"bench-capacity-{volunteers}")
+    mix = campaign.settings.mix
+    cpu = ServerCpu(connection.vendor == "postgresql")
+    tally = Tally()
+    ramp = round_seconds + 5  # every volunteer has started its first round
+    with asgi_server(
+        Path(tempfile.mkdtemp()) / "daphne.log",
+        # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
+        WORKER_RATE_PER_SECOND="1000",
+        WORKER_RATE_BURST="1000",
+    ) as base:
+        url = base.replace("http", "ws", 1)
+
+        async def main() -> tuple[dict, dict, float, float]:
+            until = time.monotonic() + ramp + seconds
+            tasks = [
+                asyncio.ensure_future(volunteer(url, token, f"v{i}", mix, round_seconds, until, tally))
+                for i in range(volunteers)
+            ]
+            await asyncio.sleep(ramp)
+            before, client_before, started = (
+                cpu.sample(),
+                resource.getrusage(resource.RUSAGE_SELF),
+                time.monotonic(),
+            )
+            await asyncio.sleep(seconds)
+            after, client_after = cpu.sample(), resource.getrusage(resource.RUSAGE_SELF)
+            connected = tally.connected
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
+                client_before.ru_utime + client_before.ru_stime
+            )
+            return ServerCpu.spent(before, after), {"connected": connected}, started, client_cpu
+
+        spent, end, started, client_cpu = asyncio.run(main())
+
+    window = [(at, s) for at, s in tally.acks if started <= at <= started + seconds]
+    latencies = [s for _, s in window]
+    rounds_per_s = len(window) / seconds
+    submitted = set(
+        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list(
+            "submission_id", flat=True
+        )
+    )
+    lost = len(tally.acked_ids - submitted)
+    per_round = list(
+        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
+    )
+    doubled = len(per_round) - len(set(per_round))
+    server_ms = 1000 * (spent["daphne"] + spent["postgres"]) / max(1, len(window))
+    result = {
+        "volunteers": volunteers,
+        "rounds_per_s": rounds_per_s,
+        "offered": volunteers / round_seconds,
+        "ack_p50_ms": 1000 * percentile(latencies, 50),
+        "ack_p99_ms": 1000 * percentile(latencies, 99),
+        "lost": lost,
+        "doubled": doubled,
+        "connected": 100 * end["connected"] / volunteers,
+        "busy": tally.busy,
+        "floor_ratio": round_floor_ms / server_ms if window else 0.0,
+    }
+    print(
+        f"volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
+        f"ack_p50_ms={result['ack_p50_ms']:.0f} ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} "
+        f"doubled={doubled} connected={result['connected']:.1f}% busy={tally.busy} "
+        f"floor_ratio={result['floor_ratio']:.2f}"
+    )
+    print(
+        f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(window)):.2f}, "
+        f"postgres {1000 * spent['postgres'] / max(1, len(window)):.2f}); floor {round_floor_ms:.2f} ms; "
+        f"clients' CPU {client_cpu / seconds * 100:.0f}% of a core; reconnects {tally.reconnects} {tally.errors}"
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--volunteers", type=int, action="append", help="repeat for several runs (default 1000)"
+    )
+    parser.add_argument("--seconds", type=float, default=120.0, help="steady window per run")
+    parser.add_argument("--round-seconds", type=float, default=30.0, help="a volunteer's round period")
+    args = parser.parse_args()
+    setup_django()
+    from bench.coordinator import floor
+
+    with contextlib.redirect_stdout(sys.stderr):
+        round_floor = floor()
+    for volunteers in args.volunteers or [1000]:
+        run(volunteers, args.seconds, args.round_seconds, round_floor)
+
+
+if __name__ == "__main__":
+    main()
