@@ -32,7 +32,9 @@
 
 3. Lease-request latency (issue_lease in this process, p50/p99) in a campaign that has issued
    10k and 200k leases before (``lease_ratio=``, p99 after 200k over p99 after 10k): what a
-   lease request reads must not grow with the campaign's history.
+   lease request reads must not grow with the campaign's history. On PostgreSQL the history is
+   made as a campaign makes it, leases inserted active and then updated to submitted, and not
+   vacuumed (autovacuum is off on the benchmark machine): the dead versions stay in the indexes.
 
 4. ``--only floor`` (also part of the default run): the irreducible server-side cost of one
    coordinator round, measured piece by piece in this process with no websocket and no ORM:
@@ -552,8 +554,8 @@ def durable_insert_cpu_ms(records: list[str], repeats: int = 300) -> float:
     return 1000 * spent / (repeats + 1)
 
 
-def lease_latency(history: int, calls: int = 300) -> float:
-    """p99 seconds of a lease request (issue_lease, in process) in a campaign that has already
+def lease_latency(history: int, calls: int = 300) -> tuple[float, float]:
+    """p50 and p99 seconds of a lease request (issue_lease, in process) in a campaign that has already
     issued ``history`` leases (all submitted), as a long-running campaign has."""
     from django.db import connection
     from django.utils import timezone
@@ -570,11 +572,19 @@ def lease_latency(history: int, calls: int = 300) -> float:
                 f"""
                 INSERT INTO {Lease._meta.db_table} (lease_id, campaign_id, node_id, round, state, questions,
                                                     issued_at, deadline, submission_id)
-                SELECT 'h{campaign.pk}-' || s, %s, (%s::bigint[])[s %% 8 + 1], s / 8, 'submitted', '[]'::jsonb,
-                       now(), now(), 's' || s
+                SELECT 'h{campaign.pk}-' || s, %s, (%s::bigint[])[s %% 8 + 1], s / 8, 'active', '[]'::jsonb,
+                       now() - interval '1 hour', now() - interval '1 hour', ''
                 FROM generate_series(0, %s - 1) AS s
                 """,
                 [campaign.pk, [n.pk for n in nodes], history],
+            )
+            # As a campaign's leases really end: issued active, then updated to submitted. Each
+            # update leaves a dead version (and its index entries, past its deadline) until a
+            # VACUUM, which this machine's autovacuum=off never runs: the reads must not visit them.
+            cursor.execute(
+                f"UPDATE {Lease._meta.db_table} SET state = 'submitted', submission_id = 's' || id "
+                "WHERE campaign_id = %s",
+                [campaign.pk],
             )
             cursor.execute(f"ANALYZE {Lease._meta.db_table}")
     else:
@@ -604,7 +614,7 @@ def lease_latency(history: int, calls: int = 300) -> float:
         f"lease request after {history} leases: p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms  ({calls} requests)"
     )
     Campaign.objects.filter(pk=campaign.pk).delete()
-    return p99
+    return p50, p99
 
 
 def main() -> None:
@@ -634,11 +644,11 @@ def main() -> None:
         big = sampling_latency(args.big)
         print(f"sampling_ratio={big / small:.2f}  (p99 at {args.big} over p99 at {args.small}; goal <= 2)")
     if args.only in (None, "leases"):
-        small = lease_latency(args.small)
-        big = lease_latency(args.big_history)
+        (small_p50, small), (big_p50, big) = lease_latency(args.small), lease_latency(args.big_history)
         print(
-            f"lease_ratio={big / small:.2f}  (p99 after {args.big_history} leases over p99 after {args.small}; "
-            "a lease request's cost must not grow with the campaign's history)"
+            f"lease_ratio={big / small:.2f} lease_p50_ratio={big_p50 / small_p50:.2f}  (p99 and p50 after "
+            f"{args.big_history} leases over after {args.small}; a lease request's cost must not grow with "
+            "the campaign's history; p99 moves with the machine's other load, p50 much less)"
         )
     round_floor = floor() if args.only in (None, "floor") else None
     if args.only in (None, "throughput"):
