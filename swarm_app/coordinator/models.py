@@ -130,7 +130,11 @@ class Lease(models.Model):
 class PoolRollout(models.Model):
     """A verified rollout in a campaign's pool: rewards are the coordinator's, not the worker's."""
 
-    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts")
+    # No index of its own: the (campaign, sequence) constraint below serves every lookup by
+    # campaign. With a plain campaign index (or another index leading with it) the planner, on a
+    # table never analyzed, probed the pool with it and a filter, walking the campaign's every
+    # rollout for each number of the window (sql.SAMPLE_CANDIDATES).
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts", db_index=False)
     sequence = models.BigIntegerField(help_text="per-campaign order of arrival")
     rollout_id = models.CharField(max_length=64)
     node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="rollouts")
@@ -149,7 +153,9 @@ class PoolRollout(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["campaign", "sequence"], name="one_rollout_per_sequence"),
-            models.UniqueConstraint(fields=["campaign", "rollout_id"], name="rollout_id_unique_in_campaign"),
+            # rollout_id first: the pool probe's (campaign, sequence) must be the one index that
+            # leads with the campaign (see the campaign field).
+            models.UniqueConstraint(fields=["rollout_id", "campaign"], name="rollout_id_unique_in_campaign"),
         ]
         indexes = [
             models.Index(fields=["node", "round"], name="rollout_by_node_round"),

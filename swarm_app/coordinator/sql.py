@@ -176,12 +176,15 @@ FROM numbered,
 """
 
 # The pool's sampling window (pool.py): the rollouts numbered last - window + 1 .. last, each
-# looked up by (campaign, sequence) on its unique index. Written as a join with
-# generate_series because that is the one plan the statement has however wrong PostgreSQL's
-# estimates are; both obvious forms were seen to go wrong: "campaign_id = X AND sequence > Y"
-# walked the campaign's every rollout (for a campaign newer than the table's statistics, a
-# custom plan trusts ~1 row for it: 8 ms per draw at 18k rollouts, growing), and as a generic
-# plan scanned the whole table (200 ms at 1M). Prepared, so generic (settings.py).
+# looked up by (campaign, sequence) on its unique index: one probe per number, a LATERAL
+# subquery with LIMIT 1, the one shape the planner cannot turn into a scan of the campaign.
+# Every other form was seen to go wrong: "campaign_id = X AND sequence > Y" walked the
+# campaign's every rollout (for a campaign newer than the table's statistics, a custom plan
+# trusts ~1 row for it: 8 ms per draw at 18k rollouts, growing); as a generic plan it scanned
+# the whole table (200 ms at 1M); and a plain JOIN with generate_series, on a table never
+# analyzed (autovacuum off), became a hash join over a bitmap scan of the campaign's rollouts
+# (117 ms per draw at 25k, in bench/capacity.py's 1,000 volunteers; 0.9 ms as written here).
+# Prepared, so generic (settings.py); tests/coordinator/test_plans.py checks the plan.
 SAMPLE_VIEW = """
 SELECT c.config::text, c.rollout_sequence, n.tier
 FROM campaigns_campaign c JOIN coordinator_workernode n ON n.id = %(node)s
@@ -191,7 +194,10 @@ WHERE c.id = %(campaign)s
 SAMPLE_CANDIDATES = """
 SELECT p.id
 FROM generate_series(%(after)s::bigint + 1, %(last)s::bigint) AS window_(sequence)
-JOIN coordinator_poolrollout p ON p.campaign_id = %(campaign)s AND p.sequence = window_.sequence
+CROSS JOIN LATERAL (
+    SELECT id, in_pool, node_id, zero_advantage, tier FROM coordinator_poolrollout
+    WHERE campaign_id = %(campaign)s AND sequence = window_.sequence LIMIT 1
+) p
 WHERE p.in_pool AND p.node_id <> %(node)s
   AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
 """
