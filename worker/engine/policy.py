@@ -4,6 +4,7 @@ local directory (the offline-built tiny tiers, worker/engine/tiny.py) or a hub i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from worker.shared.tiers import ModelSpec
 
@@ -31,3 +32,16 @@ def load_policy(spec: ModelSpec, cache_dir: Path, device: str = "cpu", log=print
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(device)
     return model, tokenizer
+
+
+def default_autocast_dtype(model: Any) -> Any:
+    """torch.bfloat16 for fp32 weights on a CUDA device that computes in bf16 (compute
+    capability 8.0+), else None (plain fp32, as on CPU): the learner trains under it and the
+    transformers backend samples under it, so both see the same kernels' numbers."""
+    import torch
+
+    param = next(model.parameters())
+    if param.device.type != "cuda" or param.dtype != torch.float32:
+        return None
+    # not torch.cuda.is_bf16_supported(), which also says yes to emulated bf16 on older GPUs
+    return torch.bfloat16 if torch.cuda.get_device_capability(param.device) >= (8, 0) else None

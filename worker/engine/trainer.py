@@ -42,6 +42,7 @@ from worker.engine.memory import (
     pack_micro_batches,
     plan_learner,
 )
+from worker.engine.policy import default_autocast_dtype
 from worker.shared.config import GRPOConfig
 
 # A shared prefix shorter than this is not worth a separate forward pass.
@@ -163,16 +164,6 @@ class _SamplerStats:
             "sampling/importance_sampling_ratio/mean": self.ratio_sum / self.ratio_count,
             "sampling/importance_sampling_ratio/max": self.ratio_max,
         }
-
-
-def default_autocast_dtype(model: torch.nn.Module) -> torch.dtype | None:
-    """bf16 autocast for fp32 weights on a CUDA device that computes in bf16 (compute
-    capability 8.0+); None (plain fp32) elsewhere, as on CPU."""
-    param = next(model.parameters())
-    if param.device.type != "cuda" or param.dtype != torch.float32:
-        return None
-    # not torch.cuda.is_bf16_supported(), which also says yes to emulated bf16 on older GPUs
-    return torch.bfloat16 if torch.cuda.get_device_capability(param.device) >= (8, 0) else None
 
 
 class GRPOLearner:

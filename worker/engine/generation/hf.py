@@ -3,7 +3,8 @@
 Sampling is plain multinomial sampling at ``temperature`` with top_k=0 and top_p=1.0, so the
 sampler's distribution is exactly softmax(logits / temperature), the one the learner scores
 (transformers would otherwise apply top_k=50 from its generation defaults). The backend shares
-the policy's module, so weight sync is a no-op.
+the policy's module, so weight sync is a no-op; on a GPU it samples under the learner's bf16
+autocast (worker/engine/policy.py), so the sampler is the learner in kernels too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from worker.engine.generation.base import Sample
+from worker.engine.policy import default_autocast_dtype
 
 
 class TransformersBackend:
@@ -44,7 +46,11 @@ class TransformersBackend:
         was_training = self.model.training
         self.model.eval()
         # A private RNG stream: generation must not move the global RNG the trainer relies on.
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        autocast = default_autocast_dtype(self.model)
+        with (
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+            torch.autocast(device.type, dtype=autocast, enabled=autocast is not None),
+        ):
             torch.manual_seed(seed)
             sequences = self.model.generate(
                 **enc,
