@@ -30,6 +30,7 @@ try:
 except ImportError:  # pragma: no cover - optional comparison
     BaseModel = None
 
+
 def pydantic_submit():
     class PRef(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -43,7 +44,9 @@ def pydantic_submit():
         question: Annotated[str, Field(min_length=1, max_length=32000)]
         answer: Annotated[str, Field(max_length=32000)]
         metadata: dict[str, Any]
-        completions: Annotated[list[Annotated[str, Field(max_length=32000)]], Field(min_length=1, max_length=64)]
+        completions: Annotated[
+            list[Annotated[str, Field(max_length=32000)]], Field(min_length=1, max_length=64)
+        ]
         rewards: list[float]
         advantages: list[float]
         agent_id: Annotated[str, Field(min_length=1, max_length=200)]
@@ -68,10 +71,29 @@ def pydantic_submit():
 def make_frame() -> str:
     rollouts = []
     for q in range(8):
-        comps = [f"<answer>{q*7+g}</answer> some reasoning text " * 3 for g in range(8)]
-        rollouts.append(Rollout(ref=QuestionRef("chain_sum", 1, q), question="What is 3 + 4 + 5? " * 3, answer="12", metadata={"source_dataset": "chain_sum", "source_index": q, "difficulty": {"num_terms": [2, 4]}},
-            completions=comps, rewards=[float(g % 2) for g in range(8)], advantages=[0.5 - (g % 2) for g in range(8)], agent_id="node-a", tier="tiny-1m", round=3, completion_tokens=[20]*8, truncated=[False]*8))
+        comps = [f"<answer>{q * 7 + g}</answer> some reasoning text " * 3 for g in range(8)]
+        rollouts.append(
+            Rollout(
+                ref=QuestionRef("chain_sum", 1, q),
+                question="What is 3 + 4 + 5? " * 3,
+                answer="12",
+                metadata={
+                    "source_dataset": "chain_sum",
+                    "source_index": q,
+                    "difficulty": {"num_terms": [2, 4]},
+                },
+                completions=comps,
+                rewards=[float(g % 2) for g in range(8)],
+                advantages=[0.5 - (g % 2) for g in range(8)],
+                agent_id="node-a",
+                tier="tiny-1m",
+                round=3,
+                completion_tokens=[20] * 8,
+                truncated=[False] * 8,
+            )
+        )
     return protocol.encode("submit", id="1", submission_id="s", lease_id="l", rollouts=rollouts)
+
 
 def cpu_ms(function, repeats: int = 400) -> float:
     function()

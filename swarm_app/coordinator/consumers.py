@@ -35,14 +35,43 @@ CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, Err
 DATABASE_WORK = frozenset({"lease_request", "submit", "sample_request", "metrics"})
 
 
-def busy() -> ProtocolError:
-    """``busy``: the database queue is full. The worker waits ``retry_after`` (plus its own jitter)
-    and sends the same request again on the same connection: the socket, its lease and the
-    worker's place in the campaign are kept (before, overload meant timeouts, reconnect storms
-    and workers dropped: docs/coordinator-bench.md)."""
-    error = ProtocolError(ErrorCode.BUSY, "the coordinator is busy; send this request again shortly")
-    error.data = {"retry_after": round(1.0 + in_flight() / max(1, queue_limit()), 2)}
-    return error
+class Admission:
+    """Which database requests this process takes, and how long it tells the rest to wait.
+
+    A request is turned away (``busy``) while the database queue is full. ``retry_after`` grows
+    with how many were turned away per one taken over the last second: at 3x overload a fixed
+    wait brought every refused worker back at once, and the server spent its CPU refusing the
+    same resent submissions (bench/capacity.py, docs/coordinator-bench.md).
+    """
+
+    WINDOW = 1.0
+    MAX_WAIT = 30.0
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.taken = self.refused = 0
+        self.ratio = 0.0  # refused per taken, in the last full window
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        if now - self.started >= self.WINDOW:
+            self.ratio = self.refused / max(1, self.taken)
+            self.started, self.taken, self.refused = now, 0, 0
+
+    def admit(self) -> None:
+        """Take the request, or raise ``busy`` (a ProtocolError) with its ``retry_after``."""
+        self._roll()
+        if in_flight() < queue_limit():
+            self.taken += 1
+            return
+        self.refused += 1
+        wait = min(self.MAX_WAIT, 1.0 + 2.0 * self.ratio)
+        error = ProtocolError(ErrorCode.BUSY, "the coordinator is busy; send this request again shortly")
+        error.data = {"retry_after": round(wait, 2)}
+        raise error
+
+
+ADMISSION = Admission()
 
 
 class TokenBucket:
@@ -135,8 +164,8 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         if self.node is None:
             raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {message.type}")
         PRESENCE.touch(self.node.pk)  # any message proves liveness
-        if message.type in DATABASE_WORK and in_flight() >= queue_limit():
-            raise busy()
+        if message.type in DATABASE_WORK:
+            ADMISSION.admit()
         handler = getattr(self, f"on_{message.type}")
         return await handler(message.fields)
 
