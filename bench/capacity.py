@@ -83,18 +83,9 @@ async def volunteer(
 ) -> None:
     import websockets
 
-    from bench.coordinator import rollouts_for
-    from worker.shared.protocol import PROTOCOL_VERSION
+    from bench.coordinator import hello_fields, rollouts_for
 
-    hello = {
-        "protocol_versions": [PROTOCOL_VERSION],
-        "token": token,
-        "node_id": node_id,
-        "client_version": "bench",
-        "hardware": {"device": "cpu", "ram_bytes": 16 * 1024**3},
-        "backends": ["transformers"],
-        "generation_tokens_per_second": 1.0,
-    }
+    hello = hello_fields(token, node_id)
     await asyncio.sleep(random.uniform(0, round_seconds))  # a flat offered load
     round = 0
     next_round = time.monotonic()

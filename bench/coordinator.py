@@ -153,6 +153,21 @@ def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
     return out
 
 
+def hello_fields(token: str, node_id: str) -> dict:
+    """A simulated worker's hello: a CPU machine, the transformers backend."""
+    from worker.shared.protocol import PROTOCOL_VERSION
+
+    return {
+        "protocol_versions": [PROTOCOL_VERSION],
+        "token": token,
+        "node_id": node_id,
+        "client_version": "bench",
+        "hardware": {"device": "cpu", "ram_bytes": 16 * 1024**3},
+        "backends": ["transformers"],
+        "generation_tokens_per_second": 1.0,
+    }
+
+
 async def coordinator_client(
     url: str, token: str, node_id: str, mix, until: float, latencies: list[float], full: bool = False
 ) -> int:
@@ -163,7 +178,7 @@ async def coordinator_client(
     """
     import websockets
 
-    from worker.shared.protocol import PROTOCOL_VERSION, encode
+    from worker.shared.protocol import encode
 
     acked = 0
     async with websockets.connect(url + "/ws/worker/", max_size=16 * 1024 * 1024) as ws:
@@ -172,16 +187,7 @@ async def coordinator_client(
             await ws.send(encode(kind, id="1", **fields))
             return json.loads(await ws.recv())
 
-        hello = {
-            "protocol_versions": [PROTOCOL_VERSION],
-            "token": token,
-            "node_id": node_id,
-            "client_version": "bench",
-            "hardware": {"device": "cpu", "ram_bytes": 16 * 1024**3},
-            "backends": ["transformers"],
-            "generation_tokens_per_second": 1.0,
-        }
-        assert (await request("hello", **hello))["type"] == "welcome"
+        assert (await request("hello", **hello_fields(token, node_id)))["type"] == "welcome"
         round = 0
         while time.monotonic() < until:
             lease = await request("lease_request", round=round)
