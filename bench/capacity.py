@@ -173,7 +173,7 @@ def run(volunteers: int, seconds: float, round_seconds: float, round_floor_ms: f
         url = base.replace("http", "ws", 1)
 
         async def main() -> tuple[dict, dict, float, float]:
-            until = time.monotonic() + ramp + seconds
+            until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
             tasks = [
                 asyncio.ensure_future(volunteer(url, token, f"v{i}", mix, round_seconds, until, tally))
                 for i in range(volunteers)
