@@ -15,10 +15,10 @@ nothing is escaped in Python):
 * :data:`SAMPLE_VIEW`, :data:`SAMPLE_CANDIDATES`, :data:`SAMPLE_RECORDS`: a pool draw.
 * :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
-  transaction): claim the lease if it is still active, count the node's submission, take a
-  range of the campaign's pool sequence numbers, insert the rollouts. The campaign row, which
-  every submission of the campaign updates, is locked and released inside the database with no
-  Python in between.
+  transaction): claim the lease if it is still active, count the node's submission, insert the
+  rollouts under the pool sequence numbers taken just before (:func:`bump`, a statement of its
+  own, so that the campaign row, which every lease and submission of the campaign updates, is
+  locked for that statement only and not while the records are written and committed).
 
 Other databases (SQLite, the embedded mode) run the ORM versions in leases.py and
 submissions.py, which do the same in a transaction; the tests run both.
@@ -159,17 +159,13 @@ WITH claimed AS (
 ), counted AS (
     UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1
     WHERE id = %(node)s AND EXISTS (SELECT 1 FROM claimed)
-), numbered AS (
-    UPDATE campaigns_campaign SET rollout_sequence = rollout_sequence + %(count)s
-    WHERE id = %(campaign)s AND EXISTS (SELECT 1 FROM claimed)
-    RETURNING rollout_sequence - %(count)s AS first
 )
 INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
                                      round, task, question_seed, question_index, record,
                                      mean_reward, zero_advantage, in_pool, created_at)
-SELECT %(campaign)s, numbered.first + r.position, r.rollout_id, %(node)s, %(lease)s, %(tier)s,
+SELECT %(campaign)s, %(first)s::bigint + r.position, r.rollout_id, %(node)s, %(lease)s, %(tier)s,
        %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward, r.zero_advantage, true, now()
-FROM numbered,
+FROM claimed,
      jsonb_to_recordset(%(rows)s::jsonb)
          AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
               mean_reward float8, zero_advantage bool)

@@ -355,7 +355,8 @@ def test_concurrent_submissions_of_one_lease_store_it_once(ready, campaign):
     assert sorted(r["type"] for r in replies) == ["error", "submit_ack"], replies
     assert next(r for r in replies if r["type"] == "error")["code"] == "duplicate_submission"
     assert PoolRollout.objects.filter(campaign=campaign).count() == 2
-    assert Campaign.objects.get(pk=campaign.pk).rollout_sequence == 2
+    # On PostgreSQL the loser took its pool numbers before it lost the claim: they are skipped.
+    assert Campaign.objects.get(pk=campaign.pk).rollout_sequence in (2, 4)
     assert WorkerNode.objects.get(node_id="node-a").accepted_submissions == 1
 
 
