@@ -67,9 +67,11 @@ class Admission:
             return
         self.refused += 1
         wait = min(self.MAX_WAIT, 1.0 + 2.0 * self.ratio)
-        error = ProtocolError(ErrorCode.BUSY, "the coordinator is busy; send this request again shortly")
-        error.data = {"retry_after": round(wait, 2)}
-        raise error
+        raise ProtocolError(
+            ErrorCode.BUSY,
+            "the coordinator is busy; send this request again shortly",
+            {"retry_after": round(wait, 2)},
+        )
 
 
 ADMISSION = Admission()

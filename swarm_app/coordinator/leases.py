@@ -146,12 +146,11 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
             f"this campaign runs {config.rounds} rounds per node; round {round} is past it",
         )
     if view.submitted_ack is not None:
-        error = ProtocolError(
+        raise ProtocolError(
             ErrorCode.ROUND_SUBMITTED,
             f"round {round} was already submitted by this node: report its metrics and go on",
+            view.submitted_ack,
         )
-        error.data = view.submitted_ack
-        raise error
     mix = config.mix
     if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
         return lease_payload(mix, view.held[0], round, view.held[1], view.held[2])

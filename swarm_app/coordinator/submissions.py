@@ -88,9 +88,9 @@ def pool_record(rollout: Rollout) -> dict[str, Any]:
 
 
 def _duplicate(submission_id: str, ack: dict[str, Any] | None) -> ProtocolError:
-    error = ProtocolError(ErrorCode.DUPLICATE_SUBMISSION, f"submission {submission_id} was already accepted")
-    error.data = ack
-    return error
+    return ProtocolError(
+        ErrorCode.DUPLICATE_SUBMISSION, f"submission {submission_id} was already accepted", ack
+    )
 
 
 @dataclass
