@@ -36,7 +36,12 @@ MAX_POINTS = 500
 # Fewer resamples than the study's report: the interval is recomputed on every page load.
 BOOTSTRAP_RESAMPLES = 2000
 ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED)
-BAND = "mean ± 1 std across agents (workers for the swarm, seeds for the controls)"
+BAND = (
+    "mean ± 1 std across agents (workers for the swarm, seeds for the controls); "
+    "an arm with one agent has no band"
+)
+# Shown instead of an interval computed from fewer than 2 agents (a point is not an interval).
+NO_INTERVAL = "no interval (1 node)"
 GIB = 1024**3
 
 
@@ -145,8 +150,34 @@ def _agent_means(campaign: Campaign, horizon: dict[str, int]) -> dict[tuple[str,
     return means
 
 
+def interval_note(n: int) -> str | None:
+    """What the page shows instead of an interval computed from ``n`` agents (None: a real one)."""
+    if n == 0:
+        return "-"
+    return NO_INTERVAL if n < 2 else None
+
+
+def gain_row(
+    value: float | None, a: Sequence[float], b: Sequence[float], n_a: int, n_b: int
+) -> dict[str, Any]:
+    """A gain in %, its 95% interval (independent bootstrap over the two arms' agents:
+    stats.ratio_interval) and the n of both arms; with fewer than 2 agents in either arm no
+    interval, and a note saying so."""
+    interval = stats.ratio_interval(a, b, BOOTSTRAP_RESAMPLES) if value is not None else None
+    note = None
+    if value is not None and min(n_a, n_b) < 2:
+        note = NO_INTERVAL
+    return {
+        "value": value,
+        "low": interval[0] * 100 if interval else None,
+        "high": interval[1] * 100 if interval else None,
+        "n": [n_a, n_b],
+        "note": note,
+    }
+
+
 def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
-    """Per tier: cumulative reward per arm over the common horizon, intervals, gains."""
+    """Per tier: cumulative reward per arm over the common horizon, intervals, gains, n."""
     reached: dict[str, dict[str, int]] = defaultdict(dict)
     for (tier, arm), rows in grouped.items():
         if rows:
@@ -164,23 +195,35 @@ def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
                 continue
             cumulative = sum(r[2] for r in rows if r[0] < h)
             values = agent_means.get((tier, arm), [])
-            interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES)
+            # One agent has no spread to resample: no interval (not a zero-width one).
+            interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
             arms[arm] = {
                 "cumulative": cumulative,
                 "low": interval[0] * h if interval else None,
                 "high": interval[1] * h if interval else None,
                 "agents": len(values),
+                "note": interval_note(len(values)),
                 "reached": reached[tier].get(arm, 0),
             }
 
-        def cum(arm: str, arms: dict[str, Any] = arms) -> float | None:
-            return arms[arm]["cumulative"] if arms.get(arm) else None
+        def gain(baseline: str, arms: dict[str, Any] = arms, tier: str = tier) -> dict[str, Any]:
+            swarm, base = arms.get(Arm.SWARM), arms.get(baseline)
+            value = gain_percent(swarm["cumulative"] if swarm else None, base["cumulative"] if base else None)
+            return gain_row(
+                value,
+                agent_means.get((tier, Arm.SWARM), []),
+                agent_means.get((tier, baseline), []),
+                swarm["agents"] if swarm else 0,
+                base["agents"] if base else 0,
+            )
 
+        vs_isolated, vs_filtered = gain(Arm.ISOLATED), gain(Arm.FILTERED)
         result[tier] = {
             "horizon": h,
             "arms": arms,
-            "gain_vs_isolated": gain_percent(cum(Arm.SWARM), cum(Arm.ISOLATED)),
-            "gain_vs_filtered": gain_percent(cum(Arm.SWARM), cum(Arm.FILTERED)),
+            "gain_vs_isolated": vs_isolated["value"],
+            "gain_vs_filtered": vs_filtered["value"],
+            "gains": {Arm.ISOLATED.value: vs_isolated, Arm.FILTERED.value: vs_filtered},
         }
     return result
 
@@ -223,7 +266,8 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
     ).aggregate(size=Count("id"), zero=Count("id", filter=Q(zero_advantage=True)))
     swarm = {tier: rows for (tier, arm), rows in sorted(grouped.items()) if arm == Arm.SWARM}
     series = {tier: _pool_series(rows, step) for tier, rows in swarm.items()}
-    # The headline share: the latest round trained with a known batch, over all tiers.
+    # The headline share: the latest round trained with a known batch, over all tiers (kept
+    # for API clients; the page shows the per-tier shares below).
     latest: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for rows in swarm.values():
         for number, agents, _mean, _std, _zero, local_used, external_used in rows:
@@ -237,7 +281,38 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
         "size": current["size"],
         "zero_advantage_share": current["zero"] / current["size"] if current["size"] else None,
         "external_share": latest[last][0] / latest[last][1] if last is not None else None,
+        "external_by_tier": {tier: external_share(campaign, tier, rows) for tier, rows in swarm.items()},
         "series": series,
+    }
+
+
+def external_share(campaign: Campaign, tier: str, rows: list[tuple]) -> dict[str, Any] | None:
+    """One tier's share of external rollouts in what its swarm nodes trained on, in the latest
+    round with a known batch: sum of external_used / sum of (local_used + external_used) over
+    the nodes that reported that round, with a 95% bootstrap interval over those nodes
+    (stats.paired_ratio_interval: a node's two counts stay together) and their n."""
+    known = [row for row in rows if row[5] is not None and row[6] is not None and row[5] + row[6] > 0]
+    if not known:
+        return None
+    number = known[-1][0]
+    external: list[float] = []
+    used: list[float] = []
+    reports = RoundMetrics.objects.filter(campaign=campaign, arm=Arm.SWARM, tier=tier, round=number)
+    for metrics in reports.values_list("metrics", flat=True):
+        local, ext = metrics.get("batch/local_used"), metrics.get("batch/external_used")
+        if isinstance(local, int | float) and isinstance(ext, int | float):
+            external.append(float(ext))
+            used.append(float(local) + float(ext))
+    if not used or sum(used) == 0:
+        return None
+    interval = stats.paired_ratio_interval(external, used, BOOTSTRAP_RESAMPLES) if len(used) >= 2 else None
+    return {
+        "round": number,
+        "share": sum(external) / sum(used),
+        "low": interval[0] + 1 if interval else None,
+        "high": interval[1] + 1 if interval else None,
+        "agents": len(used),
+        "note": interval_note(len(used)),
     }
 
 

@@ -22,6 +22,7 @@ from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from worker.shared import stats
 from worker.shared.campaign import CampaignConfig
 
 
@@ -87,6 +88,23 @@ def test_gain_and_downsampling_step():
     assert dashboard.gain_percent(8.0, 10.0) == pytest.approx(-20.0)
     assert dashboard.gain_percent(1.0, 0.0) is None and dashboard.gain_percent(None, 1.0) is None
     assert [dashboard.downsample_step(n) for n in (0, 1, 500, 501, 2000)] == [1, 1, 1, 2, 4]
+    assert [dashboard.interval_note(n) for n in (0, 1, 2)] == ["-", "no interval (1 node)", None]
+
+
+def test_unpaired_ratio_interval():
+    """stats.ratio_interval: the gain of two independent samples, each resampled on its own."""
+    swarm, isolated = [0.52, 0.61, 0.55, 0.58], [0.40, 0.47, 0.43]
+    low, high = stats.ratio_interval(swarm, isolated)
+    point = np.mean(swarm) / np.mean(isolated) - 1
+    assert low < point < high and 0.1 < low and high < 0.6
+    assert stats.ratio_interval(swarm, isolated) == (low, high)  # seeded
+    assert stats.ratio_interval(swarm, isolated, seed=1) != (low, high)
+    # No spread in either arm: exactly the gain; one value in an arm: no interval at all.
+    assert stats.ratio_interval([0.5, 0.5], [0.4, 0.4, 0.4]) == pytest.approx((0.25, 0.25))
+    assert stats.ratio_interval([0.5], isolated) is None and stats.ratio_interval(swarm, [0.4]) is None
+    assert stats.ratio_interval(swarm, [0.0, 0.0]) is None  # undefined gain
+    # A negative baseline: the gain is relative to |baseline|, as gain_percent's.
+    assert stats.ratio_interval([-0.5, -0.5], [-1.0, -1.0]) == pytest.approx((0.5, 0.5))
 
 
 # --- rollups ------------------------------------------------------------------------------------
@@ -196,7 +214,82 @@ def test_series_summary_and_gains_follow_the_definitions(db):
     assert swarm_row["agents"] == 4 and swarm_row["low"] < 4.0 < swarm_row["high"]
     assert summary["arms"]["isolated"]["low"] == pytest.approx(3.2)  # identical seeds: no spread
     assert payload["summary"]["tiny-5m"]["arms"]["swarm"] is None
-    assert "std" in payload["band"]
+    assert "std" in payload["band"] and "one agent has no band" in payload["band"]
+
+
+def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
+    """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
+    independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
+    a zero-width interval for the single seed and for the gain that involves it."""
+    campaign = make_campaign()
+    swarm = {f"node:w{i}": 0.5 + 0.04 * i for i in range(4)}
+    isolated = {f"control:{i}": 0.35 + 0.05 * i for i in range(3)}
+    add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(10), lambda a, r: swarm[a])
+    add_rows(campaign, "isolated", "tiny-1m", list(isolated), range(10), lambda a, r: isolated[a])
+    add_rows(campaign, "filtered", "tiny-1m", ["control:9"], range(10), lambda a, r: 0.3)
+    add_rows(campaign, "swarm", "tiny-5m", ["node:only"], range(10), lambda a, r: 0.2)
+    add_rows(campaign, "isolated", "tiny-5m", ["control:20"], range(10), lambda a, r: 0.1)
+    summary = dashboard.dashboard_payload(campaign)["summary"]
+    tier = summary["tiny-1m"]
+    arms, gains = tier["arms"], tier["gains"]
+    assert [arms[a]["agents"] for a in ("swarm", "isolated", "filtered")] == [4, 3, 1]
+    for arm in ("swarm", "isolated"):
+        assert arms[arm]["low"] < arms[arm]["cumulative"] < arms[arm]["high"] and arms[arm]["note"] is None
+    assert arms["filtered"]["cumulative"] == pytest.approx(3.0)
+    assert arms["filtered"]["low"] is None and arms["filtered"]["high"] is None
+    assert arms["filtered"]["note"] == "no interval (1 node)"
+    # Gain vs isolated: point from the cumulative rewards, interval from the agents' means.
+    gain = gains["isolated"]
+    assert gain["value"] == pytest.approx((0.56 / 0.4 - 1) * 100) == tier["gain_vs_isolated"]
+    expected = stats.ratio_interval(
+        list(swarm.values()), list(isolated.values()), dashboard.BOOTSTRAP_RESAMPLES
+    )
+    assert (gain["low"], gain["high"]) == pytest.approx((expected[0] * 100, expected[1] * 100))
+    assert gain["low"] < gain["value"] < gain["high"] and gain["n"] == [4, 3] and gain["note"] is None
+    # Gain vs the single filtered seed: the point value, no interval, and the words.
+    gain = gains["filtered"]
+    assert gain["value"] == pytest.approx((0.56 / 0.3 - 1) * 100)
+    assert gain["low"] is None and gain["high"] is None
+    assert gain["n"] == [4, 1] and gain["note"] == "no interval (1 node)"
+    # One agent in every arm (the demo of old): nothing looks precise.
+    small = summary["tiny-5m"]
+    assert small["arms"]["swarm"]["note"] == small["arms"]["isolated"]["note"] == "no interval (1 node)"
+    assert small["gains"]["isolated"]["value"] == pytest.approx(100.0)
+    assert small["gains"]["isolated"]["low"] is None
+    assert small["gains"]["isolated"]["note"] == "no interval (1 node)"
+    # No baseline arm at all: no gain, no words.
+    assert small["gains"]["filtered"] == {"value": None, "low": None, "high": None, "n": [1, 0], "note": None}
+
+
+def test_the_external_share_is_shown_per_tier_with_its_interval_and_n(db):
+    """Tiers apart (their models differ, so do their shares): each tier's latest round with a
+    known batch, sum external / sum trained over its nodes, a bootstrap interval over nodes."""
+    campaign = make_campaign()
+    external = {"tiny-1m": [0.0, 2.0, 4.0, 6.0], "tiny-5m": [1.0, 1.0, 1.0]}
+    for tier, counts in external.items():
+        RoundMetrics.objects.bulk_create(
+            RoundMetrics(
+                campaign=campaign,
+                arm="swarm",
+                tier=tier,
+                agent=f"node:{tier}-{i}",
+                round=number,
+                reward=0.5,
+                # Round 0: no external rollouts yet; round 1: the counts above.
+                metrics={"batch/local_used": 8.0 - ext, "batch/external_used": ext if number else 0.0},
+            )
+            for i, ext in enumerate(counts)
+            for number in range(2)
+        )
+    pool = dashboard.dashboard_payload(campaign)["pool"]
+    small, large = pool["external_by_tier"]["tiny-1m"], pool["external_by_tier"]["tiny-5m"]
+    assert small["round"] == 1 and small["agents"] == 4 and small["note"] is None
+    assert small["share"] == pytest.approx(12 / 32)
+    assert small["low"] < small["share"] < small["high"]
+    expected = stats.paired_ratio_interval([0, 2, 4, 6], [8] * 4, dashboard.BOOTSTRAP_RESAMPLES)
+    assert (small["low"], small["high"]) == pytest.approx((expected[0] + 1, expected[1] + 1))
+    assert large["share"] == large["low"] == large["high"] == pytest.approx(1 / 8) and large["agents"] == 3
+    assert pool["series"]["tiny-1m"]["external"] == pytest.approx([0.0, 12 / 32])
 
 
 def test_long_runs_are_downsampled_and_keep_their_cumulative(db):
@@ -253,6 +346,17 @@ def test_pool_panel_and_workers_table(db):
     assert pool["external_share"] == pytest.approx(0.5)  # 4 external of 8 trained
     assert list(pool["series"]) == ["tiny-1m"]  # one series per tier: tiers are never mixed
     assert pool["series"]["tiny-1m"]["zero_advantage"] == pytest.approx([0.25] * 3)
+    # Per tier: one node, so its share has no interval and says so.
+    assert pool["external_by_tier"] == {
+        "tiny-1m": {
+            "round": 2,
+            "share": pytest.approx(0.5),
+            "low": None,
+            "high": None,
+            "agents": 1,
+            "note": "no interval (1 node)",
+        }
+    }
     (worker,) = payload["workers"]
     assert worker == {
         "agent": "node:abc",

@@ -8,6 +8,8 @@ quantity is computed one way everywhere.
   (seeds are resampled as pairs, so what the two arms share cancels).
 * :func:`paired_ratio_interval`: percentile bootstrap interval of mean(a) / mean(b) - 1, the
   relative gain, with pairs resampled together.
+* :func:`ratio_interval`: the same gain for two independent (unpaired) samples, each
+  resampled on its own (e.g. swarm workers against isolated seeds: different agents).
 * :func:`sign_flip_test`: the paired (sign-flip) permutation test, exact for small n.
 * :func:`holm`: Holm's step-down adjustment of a family of p-values.
 
@@ -107,6 +109,36 @@ def paired_ratio_interval(
     if np.any(denominators == 0):
         return None
     gains = x[index].sum(axis=1) / denominators - 1
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(gains, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def ratio_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of g = (mean(a) - mean(b)) / |mean(b)|, the relative gain
+    (mean(a) / mean(b) - 1 for a positive baseline), for independent samples.
+
+    Each resample draws n_a values from a and, independently, n_b values from b, with
+    replacement, and computes g* = (mean(a*) - mean(b*)) / |mean(b*)|. None when either sample
+    has fewer than 2 values (one agent says nothing about the spread; callers say so instead
+    of showing a point as an interval) or when a resample of b has mean zero (the gain is
+    undefined).
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means_a = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    means_b = y[rng.integers(0, y.size, size=(resamples, y.size))].mean(axis=1)
+    if np.any(means_b == 0):
+        return None
+    gains = (means_a - means_b) / np.abs(means_b)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(gains, [tail, 100 - tail])
     return float(low), float(high)
