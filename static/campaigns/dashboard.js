@@ -32,11 +32,16 @@
     lastPointAt: null,
     ready: false,
     socketOpen: false,
+    socketEverOpen: false,
+    campaignState: null, // the campaign's state as last heard from the server
+    loadNote: "", // what the last load said (downsampling, backlog, server time)
     messages: { points: 0, tables: 0, state: 0 }, // socket messages received, by type
     reconnects: 0,
     errors: [], // uncaught script errors on this page (the first few)
   };
   window.swarmDashboard = state; // read by tests and curious viewers
+  let socket = null;
+  let retry = 0; // failed connection attempts since the socket was last open
   window.addEventListener("error", (event) => {
     if (state.errors.length < 10) state.errors.push(String(event.message));
   });
@@ -97,7 +102,9 @@
   // --- charts -------------------------------------------------------------------------------
   function chartBox(id, title) {
     const box = el("figure", null, "chart-box");
-    box.appendChild(el("h4", title, "chart-title"));
+    const heading = el("h4", title, "chart-title");
+    heading.id = id + "-title";
+    box.appendChild(heading);
     const empty = el("p", "", "empty");
     empty.id = id + "-empty";
     box.appendChild(empty);
@@ -115,7 +122,7 @@
       const panel = el("div", null, "tier-panel");
       panel.appendChild(el("h3", tier));
       const row = el("div", null, "charts");
-      row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward (band ±1 std across agents)"));
+      row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward"));
       row.appendChild(chartBox("cumulative-" + slug(tier), "Cumulative reward"));
       panel.appendChild(row);
       container.appendChild(panel);
@@ -143,25 +150,48 @@
     if (hasData) draw();
   }
 
+  // Agents behind an arm's curve: the most that reported a round (rounded: a downsampled
+  // point's count is a mean over its rounds).
+  function armAgents(entry) {
+    return Math.round(Math.max(0, ...entry.rows.map((r) => r.agents || 0)));
+  }
+
+  // The reward chart's title says what its band is, and that an arm with one agent has none.
+  function bandTitle(counts) {
+    if (!counts.length) return "Mean verified reward";
+    const banded = counts.filter((c) => c.n >= 2).map((c) => c.label);
+    const single = counts.filter((c) => c.n < 2).map((c) => c.label);
+    if (!banded.length) return "Mean verified reward (one agent per arm: no band)";
+    return "Mean verified reward (band: ±1 std across agents" +
+      (single.length ? "; no band for " + single.join(", ") + ": one agent" : "") + ")";
+  }
+
   function drawTier(tier) {
     const arms = state.series[tier] || {};
     const rewardTraces = [];
     const cumulativeTraces = [];
+    const counts = [];
     for (const arm of ARMS) {
       const entry = arms[arm];
       if (!entry || entry.rows.length === 0) continue;
       const x = entry.rows.map((r) => r.round);
       const mean = entry.rows.map((r) => r.mean);
+      const n = armAgents(entry);
+      counts.push({ label: LABELS[arm], n: n });
+      if (n >= 2) {
+        rewardTraces.push({
+          x: x, y: entry.rows.map((r) => r.mean - r.std), mode: "lines", line: { width: 0 },
+          hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
+        });
+        rewardTraces.push({
+          x: x, y: entry.rows.map((r) => r.mean + r.std), mode: "lines", line: { width: 0 }, fill: "tonexty",
+          fillcolor: BANDS[arm], hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
+        });
+      }
       rewardTraces.push({
-        x: x, y: entry.rows.map((r) => r.mean - r.std), mode: "lines", line: { width: 0 },
-        hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
-      });
-      rewardTraces.push({
-        x: x, y: entry.rows.map((r) => r.mean + r.std), mode: "lines", line: { width: 0 }, fill: "tonexty",
-        fillcolor: BANDS[arm], hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
-      });
-      rewardTraces.push({
-        x: x, y: mean, mode: x.length < 60 ? "lines+markers" : "lines", name: LABELS[arm], legendgroup: arm, line: { color: COLORS[arm], width: 2 },
+        x: x, y: mean, mode: x.length < 60 ? "lines+markers" : "lines",
+        name: LABELS[arm] + (n >= 2 ? " (n=" + n + ", band ±1 std)" : " (n=" + n + ", no band)"),
+        legendgroup: arm, line: { color: COLORS[arm], width: 2 },
         customdata: entry.rows.map((r) => r.agents),
         hovertemplate: "round %{x}<br>mean %{y:.3f}<br>agents %{customdata}<extra>" + LABELS[arm] + "</extra>",
         meta: { arm: arm },
@@ -188,6 +218,7 @@
     });
     const message = emptyMessage(tier);
     const hasData = cumulativeTraces.length > 0;
+    document.getElementById("reward-" + slug(tier) + "-title").textContent = bandTitle(counts);
     showChart("reward-" + slug(tier), hasData, message,
       () => Plotly.react("reward-" + slug(tier), rewardTraces, layout("reward"), PLOT_CONFIG));
     showChart("cumulative-" + slug(tier), hasData, message,
@@ -205,6 +236,20 @@
     body.replaceChildren(...rows);
   }
 
+  // A number with its interval, or, from fewer than 2 agents, with the words saying there is
+  // none (and greyed, so that it does not look precise).
+  function valueCell(value, note, interval) {
+    const td = el("td");
+    if (note === "-") {
+      td.textContent = "–";
+      return td;
+    }
+    td.appendChild(el("span", value, note ? "value imprecise" : "value"));
+    if (interval) td.appendChild(el("span", " " + interval, "interval"));
+    else if (note) td.appendChild(el("span", " " + note, "no-interval"));
+    return td;
+  }
+
   function renderSummary(summary) {
     const rows = [];
     for (const tier of state.tiers) {
@@ -215,12 +260,22 @@
       tr.appendChild(el("td", s.horizon));
       for (const arm of ARMS) {
         const a = s.arms[arm];
-        const text = a ? fmt(a.cumulative, 2) + (a.agents > 1 ? " [" + fmt(a.low, 2) + ", " + fmt(a.high, 2) + "]" : "") +
-          " (n=" + a.agents + ")" : "no data";
-        tr.appendChild(el("td", text));
+        // An interval only from 2 or more agents; otherwise the server's words say why not.
+        const cell = a ? valueCell(fmt(a.cumulative, 2), a.note,
+          a.low !== null ? "[" + fmt(a.low, 2) + ", " + fmt(a.high, 2) + "]" : null) : el("td", "no data", "meta");
+        if (a) cell.appendChild(el("span", " n=" + a.agents, "n"));
+        cell.dataset.arm = arm;
+        tr.appendChild(cell);
       }
-      tr.appendChild(el("td", pct(s.gain_vs_isolated)));
-      tr.appendChild(el("td", pct(s.gain_vs_filtered)));
+      for (const baseline of ["isolated", "filtered"]) {
+        const g = s.gains ? s.gains[baseline] : null;
+        const known = g && g.value !== null;
+        const cell = known ? valueCell(pct(g.value), g.note,
+          g.low !== null ? "[" + pct(g.low) + ", " + pct(g.high) + "]" : null) : el("td", "–", "meta");
+        if (known) cell.appendChild(el("span", " n=" + g.n[0] + " vs " + g.n[1], "n"));
+        cell.dataset.gain = baseline;
+        tr.appendChild(cell);
+      }
       rows.push(tr);
     }
     fillBody("summary", rows);
@@ -232,12 +287,27 @@
       ["Rollouts shared", pool.shared],
       ["In the sampling window", pool.size + " of the last " + pool.window],
       ["Zero-advantage share (window)", pool.zero_advantage_share === null ? "–" : fmt(pool.zero_advantage_share * 100, 1) + " %"],
-      ["External share of trained rollouts (latest)", pool.external_share === null ? "–" : fmt(pool.external_share * 100, 1) + " %"],
     ];
+    // The external share per tier (their models differ, so do their shares): latest round with
+    // a known batch, its interval over the nodes that reported it, and their n.
+    const tiers = Object.keys(pool.series);
+    if (!tiers.length) items.push(["External share of trained rollouts", "–"]);
+    for (const tier of tiers) {
+      const e = (pool.external_by_tier || {})[tier];
+      let text = "–";
+      if (e) {
+        text = fmt(e.share * 100, 1) + " %" +
+          (e.low !== null ? " [" + fmt(e.low * 100, 1) + ", " + fmt(e.high * 100, 1) + "]" : (e.note ? ", " + e.note : "")) +
+          " (n=" + e.agents + ", round " + e.round + ")";
+      }
+      items.push(["External share of trained rollouts, " + tier, text, "external-" + slug(tier)]);
+    }
     const nodes = [];
-    for (const [k, v] of items) {
+    for (const [k, v, id] of items) {
       nodes.push(el("dt", k));
-      nodes.push(el("dd", v));
+      const dd = el("dd", v);
+      if (id) dd.id = id;
+      nodes.push(dd);
     }
     dl.replaceChildren(...nodes);
     // One pair of lines per tier (their models differ, so do their shares): colour for the
@@ -306,7 +376,35 @@
     document.getElementById("worker-counts").textContent = parts.length ? "(" + parts.join(", ") + ")" : "";
   }
 
+  // The status line: the campaign's state in words (a finished campaign is not "Live.") and
+  // whether this page still hears from the server.
+  const STATE_WORDS = {
+    pending: "Not launched yet.",
+    running: "Live.",
+    paused: "Paused.",
+    completed: "Campaign completed: the results below are final (export at the bottom of the page).",
+    stopped: "Campaign stopped: the results below are those up to the stop (export at the bottom of the page).",
+    failed: "Campaign failed: the results below are those up to the failure (export at the bottom of the page).",
+  };
+  function renderStatus() {
+    const line = document.getElementById("status-line");
+    if (!state.ready) return; // "Loading…" or the load error stays
+    let connection = "";
+    if (!state.socketOpen) {
+      connection = state.socketEverOpen
+        ? "Disconnected from the server: reconnecting (attempt " + retry + "); what is shown may be out of date. "
+        : "Connecting to the live feed… ";
+    }
+    let words = STATE_WORDS[state.campaignState] || state.campaignState + ".";
+    if (!state.socketOpen && state.campaignState === "running") words = "Running.";
+    line.textContent = connection + words + " " + state.loadNote;
+    line.dataset.connection = state.socketOpen ? "open" : state.socketEverOpen ? "disconnected" : "connecting";
+    line.dataset.campaign = state.campaignState;
+  }
+
   function renderState(campaignState, reason) {
+    state.campaignState = campaignState;
+    renderStatus();
     const badge = document.getElementById("state");
     badge.textContent = campaignState;
     badge.className = "state state-" + campaignState;
@@ -361,11 +459,11 @@
     setSeries(data.series, data.step);
     renderTables(data);
     drawAll();
-    document.getElementById("status-line").textContent =
-      "Live. " + (data.step > 1 ? "Long run: one point per " + data.step + " rounds. " : "") +
+    state.loadNote = (data.step > 1 ? "Long run: one point per " + data.step + " rounds. " : "") +
       (data.backlog ? data.backlog + " older reports are being aggregated in the background; reload in a minute. " : "") +
       "Loaded in " + data.server_ms + " ms on the server.";
     state.ready = true;
+    renderStatus();
   }
 
   function tooManyPoints() {
@@ -397,19 +495,19 @@
     touched.forEach(drawTier);
   }
 
-  let socket = null;
-  let retry = 0;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + location.host + config.socket);
     socket.onopen = () => {
       state.socketOpen = true;
+      state.socketEverOpen = true;
       if (retry > 0) {
         state.reconnects += 1;
         load(); // catch up on what was missed while disconnected
       }
       retry = 0;
       sendWatch();
+      renderStatus();
     };
     socket.onmessage = (event) => {
       const message = JSON.parse(event.data);
@@ -421,6 +519,7 @@
     socket.onclose = () => {
       state.socketOpen = false;
       retry += 1;
+      renderStatus(); // the page says it no longer hears from the server
       setTimeout(connect, Math.min(30000, 500 * 2 ** Math.min(retry, 6)));
     };
   }

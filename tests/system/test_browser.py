@@ -6,8 +6,14 @@
 * Live: launch a cpu-demo campaign from the form, create a worker token, start a tiny worker with
   the volunteer CLI, and watch its first verified reward appear on the chart without a reload;
   then the dashboard at phone width (390 px): no horizontal page scroll, no title or legend box
-  over another. Screenshots at 1280 and 390 px go to <data dir>/test-artifacts/ (CI artifacts;
-  docs/images/ has copies).
+  over another; the one worker's arm says "no interval (1 node)"; the campaign completes and the
+  page says so, and is still served after a reload. Screenshots at 1280 and 390 px go to
+  <data dir>/test-artifacts/ (CI artifacts; docs/images/ has copies).
+* Honest numbers: a campaign with 4 workers, 3 and 1 seeds per arm (stored reports, no model):
+  intervals and n in the summary table, "no interval (1 node)" for the single seed and for the
+  gain against it, what the chart's band is (and that one agent has none), the external share
+  per tier; then completed (not "Live."), its results and export still served after a reload;
+  and when the server goes away, the page says it is disconnected, then reconnects.
 
 scripts/test.sh installs chromium (apt) and the playwright package (the `dev` extra); Playwright
 drives the system chromium (no `playwright install`, which would download browsers).
@@ -16,6 +22,7 @@ drives the system chromium (no `playwright install`, which would download browse
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,8 +30,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
 
-from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
-from tests.servers import asgi_server, stop, worker_process
+from swarm_app.campaigns import lifecycle
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from tests.servers import asgi_server, free_port, stop, worker_process
+from worker.shared.campaign import CampaignConfig
 
 pytestmark = pytest.mark.slow
 
@@ -326,3 +337,148 @@ def test_the_site_as_an_organizer_meets_it(site, page):
         page.click("#logout")
     assert page.url == f"{coordinator}{campaign.get_absolute_url()}"
     assert page.is_visible("#login") and not page.is_visible("#username")
+
+
+NO_INTERVAL = "no interval (1 node)"
+# An interval as the summary table writes it: "[3.45, 4.12]" or "[+10.2 %, +41.3 %]".
+INTERVAL = r"\[[+-]?\d+\.\d+( %)?, [+-]?\d+\.\d+( %)?\]"
+
+
+def seed_campaign(rounds: int = 10) -> Campaign:
+    """A finished-looking campaign from stored reports: tiny-1m with 4 workers, 3 isolated seeds
+    and 1 filtered seed; tiny-5m with one worker and one isolated seed (the demo of old)."""
+    config = CampaignConfig(tiers=["tiny-1m", "tiny-5m"], rounds=rounds).validate().to_json()
+    campaign = Campaign.objects.create(
+        name="honest numbers", state=Campaign.State.RUNNING, public=True, config=config
+    )
+    token, _ = create_token(campaign)
+    agents: list[tuple[str, str, str, float]] = []  # (arm, tier, agent, reward)
+    for tier, count in (("tiny-1m", 4), ("tiny-5m", 1)):
+        for i in range(count):
+            node = WorkerNode.objects.create(
+                campaign=campaign, node_id=f"{tier[5:]}node{i}", token=token, tier=tier, round=rounds
+            )
+            agents.append(("swarm", tier, f"node:{node.node_id}", 0.5 + 0.04 * i))
+    for tier, arm, seeds in (
+        ("tiny-1m", "isolated", 3),
+        ("tiny-1m", "filtered", 1),
+        ("tiny-5m", "isolated", 1),
+    ):
+        for seed in range(seeds):
+            run = ControlRun.objects.create(
+                campaign=campaign,
+                tier=tier,
+                arm=arm,
+                seed=seed,
+                state=ControlRun.State.COMPLETED,
+                round=rounds,
+            )
+            agents.append(
+                (arm, tier, f"control:{run.pk}", (0.35 if arm == "isolated" else 0.3) + 0.05 * seed)
+            )
+    RoundMetrics.objects.bulk_create(
+        RoundMetrics(
+            campaign=campaign,
+            arm=arm,
+            tier=tier,
+            agent=agent,
+            round=number,
+            reward=reward,
+            # Node i of a tier trains on i + 1 external rollouts of 10.
+            metrics={"batch/local_used": 10.0 - external, "batch/external_used": external},
+        )
+        for arm, tier, agent, reward in agents
+        for external in [1.0 + int(agent[-1]) if arm == "swarm" else 0.0]
+        for number in range(rounds)
+    )
+    return campaign
+
+
+def summary_cell(page, tier: str, selector: str) -> str:
+    row = page.locator("#summary tbody tr", has=page.locator(f"td:text-is('{tier}')"))
+    return row.locator(selector).inner_text()
+
+
+def test_honest_numbers_completion_and_disconnection(transactional_db, page, tmp_path):
+    campaign = seed_campaign()
+    port = free_port()
+    url = None
+    with asgi_server(tmp_path / "daphne.log", port=port, SERVE_STATIC="1") as base:
+        url = f"{base}{campaign.get_absolute_url()}"
+        page.goto(url)
+        page.wait_for_function(
+            "() => window.swarmDashboard && window.swarmDashboard.ready && window.swarmDashboard.socketOpen"
+        )
+        assert page.inner_text("#status-line").startswith("Live.")
+
+        # Intervals and n where there are 2 or more agents; the words where there is one.
+        check_summary(page)
+        # The band says what it is; with one agent per arm there is none, and the title says so.
+        assert "band: ±1 std across agents" in page.inner_text("#reward-tiny-1m-title")
+        assert "no band for filtered isolated: one agent" in page.inner_text("#reward-tiny-1m-title")
+        assert page.inner_text("#reward-tiny-5m-title") == "Mean verified reward (one agent per arm: no band)"
+        bands = page.evaluate(
+            "document.getElementById('reward-tiny-5m').data.filter((t) => t.name.endsWith(' band')).length"
+        )
+        assert bands == 0
+        legend = page.evaluate(
+            "document.getElementById('reward-tiny-1m').data.filter((t) => t.meta && t.meta.arm).map((t) => t.name)"
+        )
+        assert "swarm (n=4, band ±1 std)" in legend and "filtered isolated (n=1, no band)" in legend, legend
+        # The external share per tier, each with its n (and no interval from one node).
+        assert page.inner_text("#external-tiny-1m").startswith("25.0 % [")  # (1+2+3+4) / 40
+        assert "(n=4, round 9)" in page.inner_text("#external-tiny-1m")
+        assert page.inner_text("#external-tiny-5m") == f"10.0 %, {NO_INTERVAL} (n=1, round 9)"
+
+        # Completion (every node and control reached the rounds): the page says so, live.
+        assert lifecycle.complete_if_done(campaign)
+        page.wait_for_function(
+            "() => document.getElementById('status-line').dataset.campaign === 'completed'"
+        )
+        status = page.inner_text("#status-line")
+        assert status.startswith("Campaign completed") and "Live." not in status, status
+        assert page.inner_text("#state") == "completed"
+        check_summary(page)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-completed-1280.png"), full_page=True)
+
+        # Still served after completion: a reload shows the results, the export answers.
+        page.reload()
+        page.wait_for_function("() => window.swarmDashboard.ready && window.swarmDashboard.socketOpen")
+        assert page.inner_text("#status-line").startswith("Campaign completed")
+        check_summary(page)
+        export = page.get_attribute("a:text-is('CSV') >> nth=0", "href")
+        response = page.request.get(f"{base}{export}")
+        assert response.status == 200 and len(response.text().splitlines()) == 1 + 10 * 10
+        page.evaluate("window.__sameDocument = true")
+
+    # The server is gone: the page says it is disconnected, keeps its numbers, and retries.
+    page.wait_for_function(
+        "() => document.getElementById('status-line').dataset.connection === 'disconnected'"
+    )
+    status = page.inner_text("#status-line")
+    assert status.startswith("Disconnected from the server") and "Campaign completed" in status, status
+    check_summary(page)
+    # Back on the same port: the page reconnects by itself (no reload) and says so.
+    with asgi_server(tmp_path / "daphne-again.log", port=port, SERVE_STATIC="1"):
+        page.wait_for_function("() => window.swarmDashboard.socketOpen", timeout=60_000)
+        page.wait_for_function("() => document.getElementById('status-line').dataset.connection === 'open'")
+        assert page.inner_text("#status-line").startswith("Campaign completed")
+        assert page.evaluate("window.swarmDashboard.reconnects") >= 1
+        assert page.evaluate("window.__sameDocument") is True
+    assert not page.evaluate("window.swarmDashboard.errors")
+
+
+def check_summary(page) -> None:
+    """The seeded campaign's summary: every number with its n and an interval, or the words."""
+    swarm = summary_cell(page, "tiny-1m", "td[data-arm=swarm]")
+    assert re.search(r"^\d+\.\d\d " + INTERVAL + " n=4$", swarm), swarm
+    assert re.search(INTERVAL + " n=3$", summary_cell(page, "tiny-1m", "td[data-arm=isolated]"))
+    assert summary_cell(page, "tiny-1m", "td[data-arm=filtered]") == f"3.00 {NO_INTERVAL} n=1"
+    gain = summary_cell(page, "tiny-1m", "td[data-gain=isolated]")
+    assert re.search(r"^\+40\.0 % " + INTERVAL + " n=4 vs 3$", gain), gain
+    gain = summary_cell(page, "tiny-1m", "td[data-gain=filtered]")
+    assert gain == f"+86.7 % {NO_INTERVAL} n=4 vs 1", gain
+    assert summary_cell(page, "tiny-5m", "td[data-arm=swarm]") == f"5.00 {NO_INTERVAL} n=1"
+    assert summary_cell(page, "tiny-5m", "td[data-gain=isolated]") == f"+42.9 % {NO_INTERVAL} n=1 vs 1"
+    assert summary_cell(page, "tiny-5m", "td[data-gain=filtered]") == "–"
