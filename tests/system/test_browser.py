@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         received_ms = page.evaluate("window.swarmDashboard.firstPointAt")
         assert page.evaluate("window.__sameDocument") is True
         swarm_points = page.evaluate(
-            "document.getElementById('reward-tiny-1m').data.filter(t => t.name === 'swarm')[0].x.length"
+            "document.getElementById('reward-tiny-1m').data.filter(t => t.meta && t.meta.arm === 'swarm')[0].x.length"
         )
         assert swarm_points >= 1
         first = RoundMetrics.objects.filter(campaign=campaign, arm="swarm").order_by("created_at").first()
@@ -238,6 +239,36 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         check_layout(page, PHONE["width"])
         page.screenshot(path=str(ARTIFACTS / "dashboard-390.png"), full_page=True)
         assert page.evaluate("window.__sameDocument") is True
+
+        # One worker: its arm has no interval, and the summary says so instead of a number; its
+        # chart has no band, and says so.
+        page.wait_for_function(
+            "() => (document.querySelector('#summary td[data-arm=swarm]') || {}).textContent"
+            f"?.includes('{NO_INTERVAL}')"
+        )
+        swarm = page.inner_text("#summary td[data-arm=swarm]")
+        assert re.search(r"^\d+\.\d\d no interval \(1 node\) n=1$", swarm), swarm
+        assert page.inner_text("#reward-tiny-1m-title") == "Mean verified reward (one agent per arm: no band)"
+        # The worker's 3 rounds are the campaign's: it completes, and the page says so, live.
+        deadline = time.monotonic() + 120
+        while not lifecycle.complete_if_done(campaign):
+            assert time.monotonic() < deadline, "the campaign did not complete"
+            time.sleep(1)
+            campaign.refresh_from_db()
+        page.wait_for_function(
+            "() => document.getElementById('status-line').dataset.campaign === 'completed'"
+        )
+        assert page.inner_text("#status-line").startswith("Campaign completed")
+        assert page.inner_text("#state") == "completed"
+        # Still served after completion: a reload shows the curve and the summary again.
+        page.reload()
+        page.wait_for_function("() => window.swarmDashboard.ready")
+        assert page.inner_text("#status-line").startswith("Campaign completed")
+        assert NO_INTERVAL in page.inner_text("#summary td[data-arm=swarm]")
+        swarm_points = page.evaluate(
+            "document.getElementById('reward-tiny-1m').data.filter(t => t.meta && t.meta.arm === 'swarm')[0].x.length"
+        )
+        assert swarm_points == 3
     finally:
         stop(worker)
     for width in (1280, 390):
