@@ -244,9 +244,10 @@
       td.textContent = "–";
       return td;
     }
+    // Spaces between the parts (not inside them): a narrow column wraps between, never within.
     td.appendChild(el("span", value, note ? "value imprecise" : "value"));
-    if (interval) td.appendChild(el("span", " " + interval, "interval"));
-    else if (note) td.appendChild(el("span", " " + note, "no-interval"));
+    if (interval) td.append(" ", el("span", interval, "interval"));
+    else if (note) td.append(" ", el("span", note, "no-interval"));
     return td;
   }
 
@@ -263,7 +264,7 @@
         // An interval only from 2 or more agents; otherwise the server's words say why not.
         const cell = a ? valueCell(fmt(a.cumulative, 2), a.note,
           a.low !== null ? "[" + fmt(a.low, 2) + ", " + fmt(a.high, 2) + "]" : null) : el("td", "no data", "meta");
-        if (a) cell.appendChild(el("span", " n=" + a.agents, "n"));
+        if (a) cell.append(" ", el("span", "n=" + a.agents, "n"));
         cell.dataset.arm = arm;
         tr.appendChild(cell);
       }
@@ -272,7 +273,7 @@
         const known = g && g.value !== null;
         const cell = known ? valueCell(pct(g.value), g.note,
           g.low !== null ? "[" + pct(g.low) + ", " + pct(g.high) + "]" : null) : el("td", "–", "meta");
-        if (known) cell.appendChild(el("span", " n=" + g.n[0] + " vs " + g.n[1], "n"));
+        if (known) cell.append(" ", el("span", "n=" + g.n[0] + " vs " + g.n[1], "n"));
         cell.dataset.gain = baseline;
         tr.appendChild(cell);
       }
