@@ -23,13 +23,14 @@ def coordinator(transactional_db, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def tiny_1m_dir() -> Path:
-    """The built-in tiny-1m tier, built once into the model cache and reused."""
-    from worker.engine.tiny import ensure_tiny_model, is_built
-    from worker.shared.tiers import model_cache_dir
+    """The built-in tiny-1m tier: the shipped build (worker/models/tiny-1m), else built once into
+    the model cache and reused."""
+    from worker.engine.tiny import ensure_tiny_model
+    from worker.shared.tiers import model_cache_dir, tiny_model_ready
 
     cache = model_cache_dir()
-    if is_built(cache / "tiny-1m"):
-        return cache / "tiny-1m"
+    if tiny_model_ready("tiny-1m", cache):
+        return ensure_tiny_model("tiny-1m", cache)
     # A first build runs while nothing else computes (servers of the test that asked are idle):
     # it may use every core, then the tests go back to one thread.
     threads = torch.get_num_threads()
@@ -47,4 +48,3 @@ def tiny_policy(tiny_1m_dir):
     from worker.shared.tiers import tier
 
     return load_policy(tier("tiny-1m"), tiny_1m_dir.parent)
-

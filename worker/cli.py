@@ -149,10 +149,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_build_tiny(args: argparse.Namespace) -> int:
-    from worker.engine.tiny import ensure_tiny_model
+    from worker.engine.tiny import ensure_tiny_model, ship_tiny_model
     from worker.shared.tiers import model_cache_dir
 
-    path = ensure_tiny_model(args.tier, args.cache_dir or model_cache_dir())
+    if args.ship:
+        path = ship_tiny_model(args.tier, steps=args.steps)
+    else:
+        path = ensure_tiny_model(args.tier, args.cache_dir or model_cache_dir(), steps=args.steps)
     print(path)
     return 0
 
@@ -165,7 +168,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     from worker.client.errors import ClientError, FatalError
     from worker.client.identity import IdentityError
-    from worker.client.volunteer import run_worker
+    from worker.client.volunteer import run_nodes
 
     token = args.token or os.environ.get("SWARM_TOKEN", "")
     url = args.url or os.environ.get("SWARM_URL", "")
@@ -186,7 +189,7 @@ def cmd_join(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     logging.getLogger("worker").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
-        result = run_worker(
+        results = run_nodes(
             url,
             token,
             args.data_dir,
@@ -194,6 +197,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             max_rounds=args.max_rounds,
             preferred_tier=args.tier,
             status=status,
+            nodes=args.nodes,
             torch_threads=args.threads,
             console=console,
         )
@@ -206,13 +210,18 @@ def cmd_join(args: argparse.Namespace) -> int:
     except (ClientError, IdentityError, ValueError) as error:
         print(f"swarm-worker: error: {error}", file=sys.stderr)
         return 2
-    rounds = (
-        f", rounds {result.start_round}-{result.next_round}, {result.rounds_run} this run"
-        if result.tier
-        else ""
-    )
-    print(f"swarm-worker: {result.message or result.reason} (node {result.node_id}{rounds})", file=sys.stderr)
-    return 0
+    for result in results:
+        rounds = (
+            f", rounds {result.start_round}-{result.next_round}, {result.rounds_run} this run"
+            if result.tier
+            else ""
+        )
+        print(
+            f"swarm-worker: {result.message or result.reason} (node {result.node_id}{rounds})",
+            file=sys.stderr,
+        )
+    # A node the coordinator refused while the others went on (every node refused raises above).
+    return 2 if any(result.reason == "fatal" for result in results) else 0
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -348,9 +357,21 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
 
-    build = sub.add_parser("build-tiny", help="build a built-in CPU tier (tiny-1m, tiny-5m, tiny-20m)")
+    build = sub.add_parser(
+        "build-tiny",
+        help="a built-in CPU tier (tiny-1m, tiny-5m, tiny-20m): the shipped build (checksums checked), "
+        "else built once into the model cache",
+    )
     build.add_argument("tier")
     build.add_argument("--cache-dir", type=Path, default=None)
+    build.add_argument(
+        "--ship",
+        action="store_true",
+        help="maintainers: (re)build the tier into worker/models/<tier>/ with its checksums, to commit",
+    )
+    build.add_argument(
+        "--steps", type=int, default=None, help="warm-start steps of a build (default: the tier's)"
+    )
     build.set_defaults(func=cmd_build_tiny)
 
     join = sub.add_parser("join", help="join a coordinator's campaign and train with the swarm")
@@ -369,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--tier", default=None, help="preferred model tier (honoured if it fits)")
     join.add_argument("--no-status", action="store_true", help="log lines only, no live status line")
     join.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    join.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nodes this process runs, each its own node to the coordinator (node 0 in --data-dir, "
+        "node k in <data-dir>/nodes/node-k), taking turns on the device round by round",
+    )
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
 

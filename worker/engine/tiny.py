@@ -65,7 +65,15 @@ import worker
 from worker.shared.prompts import render_prompt
 from worker.shared.questions import Question, QuestionStream, preset
 from worker.shared.rewards import reward
-from worker.shared.tiers import BUILD_FILE, RECIPE_VERSION, is_built
+from worker.shared.tiers import (
+    BUILD_FILE,
+    RECIPE_VERSION,
+    SHIPPED_DIR,
+    is_built,
+    shipped_model_dir,
+    verify_shipped,
+    write_checksums,
+)
 
 Log = Callable[[str], None]
 
@@ -128,7 +136,7 @@ class TinyArch:
 # on one thread, tiny-20m under 10. Bigger tiers get fewer steps, so they start weaker; RL has room.
 TINY_TIERS: dict[str, TinyArch] = {
     "tiny-1m": TinyArch(128, 4, 4, 2, 384, warm_steps=1600, lr=2e-3),
-    "tiny-5m": TinyArch(256, 6, 4, 2, 768, warm_steps=400, lr=1.5e-3),
+    "tiny-5m": TinyArch(256, 6, 4, 2, 768, warm_steps=1600, lr=1.5e-3),
     "tiny-20m": TinyArch(512, 6, 8, 4, 1536, warm_steps=150, lr=1.5e-3),
 }
 
@@ -493,6 +501,8 @@ def build_tiny_model(
         }
         (tmp_dir / BUILD_FILE).write_text(json.dumps(build, indent=2) + "\n")
         tmp_dir.chmod(0o755)  # mkdtemp makes it private; workers may run as another user
+        for path in tmp_dir.iterdir():
+            path.chmod(0o644)  # safetensors writes its file private too
         _replace_dir(tmp_dir, out_dir)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -513,13 +523,22 @@ def _replace_dir(new: Path, target: Path) -> None:
 
 
 def ensure_tiny_model(tier: str, cache_dir: Path, log: Log = print, *, steps: int | None = None) -> Path:
+    """The shipped build of ``tier`` once its checksums match, else :func:`cached_tiny_model`."""
+    tier_arch(tier)  # fail on a bad name before touching the disk
+    shipped = shipped_model_dir(tier)
+    if shipped is not None:
+        return verify_shipped(shipped)
+    return cached_tiny_model(tier, cache_dir, log, steps=steps)
+
+
+def cached_tiny_model(tier: str, cache_dir: Path, log: Log = print, *, steps: int | None = None) -> Path:
     """``cache_dir / tier``, built first if it is not there yet.
 
     Safe for several processes at once: one takes the lock and builds, the others wait on the
     lock and then find the finished build. ``steps`` only applies when a build happens (tests use
     a few steps); an existing build is returned whatever its steps.
     """
-    tier_arch(tier)  # fail on a bad name before touching the disk
+    tier_arch(tier)
     cache_dir = Path(cache_dir)
     model_dir = cache_dir / tier
     if is_built(model_dir):
@@ -531,6 +550,15 @@ def ensure_tiny_model(tier: str, cache_dir: Path, log: Log = print, *, steps: in
         for stale in cache_dir.glob(f".{tier}.tmp-*"):  # left by a builder that was killed
             shutil.rmtree(stale, ignore_errors=True)
         return build_tiny_model(tier, model_dir, steps=steps, log=log)
+
+
+def ship_tiny_model(tier: str, *, seed: int = 0, steps: int | None = None, log: Log = print) -> Path:
+    """Maintainers: build ``tier`` into ``worker/models/<tier>/`` (the build the project ships)
+    and write its checksums. Commit the directory; every machine then loads these weights."""
+    out_dir = build_tiny_model(tier, SHIPPED_DIR / tier, seed=seed, steps=steps, log=log)
+    write_checksums(out_dir)
+    log(f"shipped {tier}: {out_dir} (commit it)")
+    return out_dir
 
 
 def main(argv: list[str] | None = None) -> None:

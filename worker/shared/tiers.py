@@ -1,12 +1,15 @@
 """Model tiers: what a node trains, where its weights come from, and what hardware it needs.
 
-Every tier loads through the same ``from_pretrained`` call on a local directory or a hub id:
-the built-in CPU tiers (``tiny-*``) are built offline once into the model cache
-(worker/engine/tiny.py) and then loaded exactly like a volunteer's downloaded Qwen model.
+Every tier loads through the same ``from_pretrained`` call on a local directory or a hub id.
+The built-in CPU tiers (``tiny-*``) are made offline by worker/engine/tiny.py; the ones the
+demo uses ship with the project, built once, in ``worker/models/<tier>/`` (every machine then
+runs the same weights, and a fresh clone trains at once); the others are built on first use into
+the model cache. Either way they load exactly like a volunteer's downloaded Qwen model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -18,6 +21,10 @@ GIB = 1024**3
 # one is there is a question the coordinator asks too (the demo), without importing torch.
 BUILD_FILE = "swarm_build.json"
 RECIPE_VERSION = 2  # bump when the recipe changes: a cached build of another version is rebuilt
+# Shipped builds: ``worker/models/<tier>/`` with ``CHECKSUM_FILE`` listing every other file's
+# sha256 (``sha256sum`` format), checked before a shipped model is used.
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "models"
+CHECKSUM_FILE = "SHA256SUMS"
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,59 @@ def model_cache_dir(data_dir: Path | None = None) -> Path:
         return Path(os.environ["SWARM_MODEL_CACHE"])
     base = data_dir or Path(os.environ.get("SWARM_DATA_DIR") or Path.home() / ".swarm")
     return base / "models"
+
+
+class ShippedModelDamaged(RuntimeError):
+    """A shipped model's files do not match its checksums (a damaged or edited install)."""
+
+
+def shipped_model_dir(name: str) -> Path | None:
+    """The shipped build of tier ``name``, if the project ships one."""
+    path = SHIPPED_DIR / name
+    return path if (path / CHECKSUM_FILE).is_file() and is_built(path) else None
+
+
+def checksums(model_dir: Path) -> dict[str, str]:
+    """{file name: sha256} of every file of a model directory but the checksum file."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(Path(model_dir).iterdir())
+        if path.is_file() and path.name != CHECKSUM_FILE
+    }
+
+
+def write_checksums(model_dir: Path) -> None:
+    lines = [f"{digest}  {name}\n" for name, digest in checksums(model_dir).items()]
+    (Path(model_dir) / CHECKSUM_FILE).write_text("".join(lines))
+
+
+_VERIFIED: set[Path] = set()
+
+
+def verify_shipped(model_dir: Path) -> Path:
+    """``model_dir`` once its files match its ``SHA256SUMS`` (checked once per process: a few
+    MB hash in milliseconds); raises :class:`ShippedModelDamaged` naming the bad files."""
+    model_dir = Path(model_dir)
+    if model_dir in _VERIFIED:
+        return model_dir
+    expected = {}
+    for line in (model_dir / CHECKSUM_FILE).read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        expected[name] = digest
+    found = checksums(model_dir)
+    bad = sorted(name for name in expected.keys() | found.keys() if expected.get(name) != found.get(name))
+    if bad:
+        raise ShippedModelDamaged(
+            f"the shipped model {model_dir} does not match its {CHECKSUM_FILE} ({', '.join(bad)}): "
+            f"reinstall the project, or rebuild it with `swarm-worker build-tiny {model_dir.name} --ship`"
+        )
+    _VERIFIED.add(model_dir)
+    return model_dir
+
+
+def tiny_model_ready(name: str, cache_dir: Path) -> bool:
+    """Whether tier ``name`` loads without a build: shipped, or built in ``cache_dir``."""
+    return shipped_model_dir(name) is not None or is_built(Path(cache_dir) / name)
 
 
 def is_built(model_dir: Path) -> bool:

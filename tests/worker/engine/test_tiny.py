@@ -6,9 +6,11 @@ cache (``tiny_1m_dir`` in conftest.py), built there once per machine.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,11 +29,16 @@ from worker.engine.tiny import (
     TINY_TIERS,
     build_tiny_model,
     ensure_tiny_model,
+    make_model,
+    param_count,
+    recipe,
+    tier_arch,
     train_tokenizer,
 )
 from worker.shared.prompts import render_prompt
 from worker.shared.questions import QuestionStream, preset
 from worker.shared.rewards import reward
+from worker.shared.tiers import SHIPPED_DIR, ShippedModelDamaged, verify_shipped
 
 
 @pytest.fixture(scope="session")
@@ -182,19 +189,20 @@ def test_ensure_returns_an_existing_build_at_once(tiny_1m: Path):
     assert build_file.stat().st_mtime_ns == before
 
 
-# Each process waits for a "go" file so both reach ensure_tiny_model together, then calls it on
-# the same empty cache with a 2-step warm start.
+# Each process waits for a "go" file so both reach cached_tiny_model together (the cache's build,
+# what a tier the project does not ship goes through), then calls it on the same empty cache
+# with a 2-step warm start.
 RACE_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from worker.engine.tiny import ensure_tiny_model
+    from worker.engine.tiny import cached_tiny_model
 
     cache, name = Path(sys.argv[1]), sys.argv[2]
     (cache.parent / f"ready-{name}").touch()
     while not (cache.parent / "go").exists():
         time.sleep(0.01)
-    print("RESULT", ensure_tiny_model("tiny-1m", cache, steps=2), flush=True)
+    print("RESULT", cached_tiny_model("tiny-1m", cache, steps=2), flush=True)
     """
 )
 
@@ -234,7 +242,18 @@ def test_concurrent_ensure_builds_once(tmp_path: Path):
 def test_command_line_builds_a_tier(tmp_path: Path):
     out = tmp_path / "built"
     subprocess.run(
-        [sys.executable, "-m", "worker.engine.tiny", "tiny-1m", "--out", str(out), "--steps", "1", "--seed", "3"],
+        [
+            sys.executable,
+            "-m",
+            "worker.engine.tiny",
+            "tiny-1m",
+            "--out",
+            str(out),
+            "--steps",
+            "1",
+            "--seed",
+            "3",
+        ],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -243,3 +262,62 @@ def test_command_line_builds_a_tier(tmp_path: Path):
     build = json.loads((out / BUILD_FILE).read_text())
     assert (build["tier"], build["steps"], build["seed"]) == ("tiny-1m", 1, 3)
     assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
+
+
+# --- the shipped tiers (worker/models/) -----------------------------------------------------------
+SHIPPED = sorted(
+    path.name for path in SHIPPED_DIR.iterdir() if path.is_dir() and not path.name.startswith(".")
+)
+
+
+def test_the_demo_tiers_are_shipped_and_load_without_a_build(tmp_path: Path):
+    assert {"tiny-1m", "tiny-5m"} <= set(SHIPPED)
+    for name in SHIPPED:
+        path = ensure_tiny_model(name, tmp_path / "empty-cache", log=pytest.fail)
+        assert path == SHIPPED_DIR / name
+        assert not (tmp_path / "empty-cache").exists()  # nothing built, nothing cached
+        build = json.loads((path / BUILD_FILE).read_text())
+        assert AutoModelForCausalLM.from_pretrained(path).num_parameters() == build["params"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_rebuild_reproduces_the_shipped_build_s_recorded_config(name: str, tmp_path: Path):
+    """What CI can afford of a rebuild: the recipe, the tier's shape and warm start, the
+    tokenizer (trained again, byte for byte) and the model's config are the shipped build's.
+    (The weights take minutes and differ across CPUs; docs/tiny-models.md.)"""
+    shipped = SHIPPED_DIR / name
+    build = json.loads((shipped / BUILD_FILE).read_text())
+    arch = tier_arch(name)
+    assert build["recipe"] == json.loads(json.dumps(recipe()))
+    assert build["arch"] == dataclasses.asdict(arch)
+    assert (build["steps"], build["lr"], build["seed"]) == (arch.warm_steps, arch.lr, 0)
+    tokenizer = train_tokenizer()
+    tokenizer.save_pretrained(tmp_path)
+    shipped_json = (shipped / "tokenizer.json").read_bytes()
+    assert hashlib.sha256(shipped_json).hexdigest() == build["tokenizer_sha256"]
+
+    def pipeline(text: bytes) -> dict:  # the trained tokenizer, without the padding its use set
+        return {k: v for k, v in json.loads(text).items() if k not in ("padding", "truncation")}
+
+    assert pipeline((tmp_path / "tokenizer.json").read_bytes()) == pipeline(shipped_json)
+    model = make_model(arch, tokenizer, seed=0)
+    model.save_pretrained(tmp_path / "model")
+    rebuilt = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert rebuilt == json.loads((shipped / "config.json").read_text())
+    assert param_count(model) == build["params"]
+
+
+def test_a_damaged_shipped_model_is_refused_with_the_file_named(tmp_path: Path):
+    copy = tmp_path / "tiny-1m"
+    shutil.copytree(SHIPPED_DIR / "tiny-1m", copy)
+    assert verify_shipped(copy) == copy
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of one weight
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    fresh = tmp_path / "again" / "tiny-1m"  # verify_shipped checks a directory once per process
+    shutil.copytree(copy, fresh)
+    with pytest.raises(ShippedModelDamaged, match=r"model\.safetensors"):
+        verify_shipped(fresh)
+    (fresh / "extra.bin").write_bytes(b"x")
+    with pytest.raises(ShippedModelDamaged, match=r"extra\.bin"):
+        verify_shipped(fresh)
