@@ -135,3 +135,75 @@ def test_coordinator_restart_and_worker_restart(tiny_1m_dir, transactional_db, t
     rounds = sorted(RoundMetrics.objects.filter(node=resumed).values_list("round", flat=True))
     assert rounds == list(range(6))
     assert_pool_verified(campaign)
+
+
+def node_ids_of(data_dir: Path, nodes: int) -> list[str]:
+    """The node ids a ``--nodes`` process created in its data directory (worker/client/volunteer.py)."""
+    from worker.client.identity import load_identity
+    from worker.client.volunteer import node_data_dirs
+
+    return [load_identity(path).node_id for path in node_data_dirs(data_dir, nodes)]
+
+
+def test_two_multi_node_processes_share_keep_their_checkpoints_and_resume_after_kill_9(
+    tiny_1m_dir, transactional_db, tmp_path
+):
+    rounds = 4
+    campaign, token = make_campaign(rounds=rounds)
+    dirs = [tmp_path / "p0", tmp_path / "p1"]
+    logs = [tmp_path / "p0.log", tmp_path / "p1.log"]
+    with asgi_server(tmp_path / "daphne.log") as url:
+        procs = [worker_process(url, token, dirs[i], logs[i], "--nodes", "2") for i in range(2)]
+        # kill -9 the first process once each of its nodes has reported a round (and checkpointed it)
+        deadline = time.monotonic() + WORKER_TIMEOUT
+        while True:
+            assert time.monotonic() < deadline and procs[0].poll() is None, logs[0].read_text()[-3000:]
+            if (dirs[0] / "nodes" / "node-1" / "node.json").exists():
+                victims = node_ids_of(dirs[0], 2)
+                reported = RoundMetrics.objects.filter(campaign=campaign, node__node_id__in=victims)
+                if set(reported.values_list("node__node_id", flat=True)) == set(victims):
+                    break
+            time.sleep(0.1)
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        procs[0].wait()
+        killed_at = {
+            node: RoundMetrics.objects.filter(campaign=campaign, node__node_id=node).count()
+            for node in victims
+        }
+        procs[0] = worker_process(url, token, dirs[0], logs[0], "--nodes", "2")
+        wait_all(procs, logs)
+
+    nodes = {n.node_id: n for n in WorkerNode.objects.filter(campaign=campaign)}
+    assert set(nodes) == set(victims) | set(node_ids_of(dirs[1], 2))  # 4 ordinary nodes, none new
+    for node in nodes.values():
+        reported = sorted(RoundMetrics.objects.filter(node=node).values_list("round", flat=True))
+        assert reported == list(range(rounds)), (node.node_id, reported)
+        submitted = sorted(Lease.objects.filter(node=node, state="submitted").values_list("round", flat=True))
+        assert submitted == list(range(rounds)), (node.node_id, submitted)
+        rows = RoundMetrics.objects.filter(node=node)
+        # trained on other nodes' rollouts (its process's other node, or the other process's)
+        assert any(r.metrics["external_fraction"] > 0 for r in rows), node.node_id
+        assert all(r.metrics["batch/external_from_self"] == 0 for r in rows), node.node_id
+    text = logs[0].read_text()
+    for node, path in zip(victims, node_data_dirs_checkpoints(dirs[0], campaign.pk, victims), strict=True):
+        assert path.is_file(), path  # each node's own checkpoint, in its own data directory
+        assert f"resumed from {path}" in text, (node, killed_at, text[-3000:])
+    import torch
+
+    weights = [
+        torch.load(path, weights_only=False)["model"]
+        for path in node_data_dirs_checkpoints(dirs[0], campaign.pk, victims)
+    ]
+    name = next(iter(weights[0]))
+    assert not torch.equal(weights[0][name], weights[1][name])  # two policies, not one shared
+    assert_pool_verified(campaign)
+
+
+def node_data_dirs_checkpoints(data_dir: Path, campaign_id: int, node_ids: list[str]) -> list[Path]:
+    from worker.client.identity import checkpoint_path
+    from worker.client.volunteer import node_data_dirs
+
+    return [
+        checkpoint_path(path, campaign_id, node)
+        for path, node in zip(node_data_dirs(data_dir, len(node_ids)), node_ids, strict=True)
+    ]

@@ -1,7 +1,8 @@
-"""The volunteer's program (``swarm-worker join``): :func:`run_worker`.
+"""The volunteer's program (``swarm-worker join``): :func:`run_nodes` (:func:`run_worker` for one node).
 
-It says hello, loads the assigned tier, resumes from the checkpoint in the data directory, and
-runs rounds until the campaign ends, with a rich status line. Ctrl-C and SIGTERM stop it
+Each node says hello, loads its assigned tier, resumes from the checkpoint in its data directory,
+and runs rounds until the campaign ends, with a rich status line. One process can run several
+nodes (``--nodes N``): the coordinator sees N ordinary nodes, which take turns on the device. Ctrl-C and SIGTERM stop it
 cleanly: a lease being generated for is given back, a training step in progress is discarded.
 
 Generation speed in the hello: the first hello a new node ever sends reports 0.0 tokens/s (the
@@ -24,7 +25,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from worker.client.identity import (
 )
 from worker.client.transport import WebsocketTransport
 from worker.shared import protocol
+from worker.shared.tiers import model_cache_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -84,8 +86,9 @@ class WorkerResult:
 class StatusLine:
     """The live one-line status (a rich renderable, re-read on every refresh)."""
 
-    def __init__(self, transport: WebsocketTransport) -> None:
+    def __init__(self, transport: WebsocketTransport, label: str = "") -> None:
         self.transport = transport
+        self.label = label  # the node, when one process runs several
         self.phase = "starting"
         self.round = 0
         self.rounds: int | None = None
@@ -101,7 +104,7 @@ class StatusLine:
 
     def render(self) -> str:
         total = f"/{self.rounds}" if self.rounds else ""
-        parts = [f"round {self.round}{total}"]
+        parts = [f"{self.label}round {self.round}{total}"]
         if self.tier:
             parts.append(self.tier)
         parts.append(self.phase)
@@ -115,11 +118,6 @@ class StatusLine:
             connection += f", campaign {self.transport.campaign_state}"
         parts.append(f"coordinator: {connection}")
         return " | ".join(parts)
-
-    def __rich__(self) -> Text:
-        from rich.text import Text
-
-        return Text(self.render())
 
 
 @contextlib.contextmanager
@@ -156,7 +154,27 @@ def hello_fields(
     return fields
 
 
-def run_worker(
+MAX_NODES = 64  # nodes one process runs (each holds a websocket, a model and its optimizer)
+
+
+def node_data_dirs(data_dir: Path, nodes: int) -> list[Path]:
+    """Each node's own data directory (identity, checkpoints, stats, lock).
+
+    Node 0 keeps the data directory itself, so ``--nodes 1`` is the single-node layout and
+    adding nodes later keeps the first node's identity and progress; node k >= 1 lives in
+    ``<data_dir>/nodes/node-<k>``. The model cache stays the data directory's (one copy).
+    """
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"nodes must be 1..{MAX_NODES}, got {nodes}")
+    return [data_dir] + [data_dir / "nodes" / f"node-{index}" for index in range(1, nodes)]
+
+
+def run_worker(url: str, token: str, data_dir: Path | str, **options: Any) -> WorkerResult:
+    """One node: :func:`run_nodes` with ``nodes=1``; returns its result."""
+    return run_nodes(url, token, data_dir, nodes=1, **options)[0]
+
+
+def run_nodes(
     url: str,
     token: str,
     data_dir: Path | str,
@@ -165,16 +183,24 @@ def run_worker(
     preferred_tier: str | None = None,
     status: bool = True,
     *,
+    nodes: int = 1,
     torch_threads: int | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     console: Console | None = None,
-) -> WorkerResult:
-    """Join the coordinator at ``url`` and train until the campaign ends (or ``max_rounds`` rounds
-    of this run). Returns how it ended; Ctrl-C and SIGTERM end it cleanly (reason
-    ``interrupted``). Raises :class:`FatalError` when the coordinator refuses the worker and
-    :class:`~worker.client.identity.IdentityError` when the data directory is unusable or in use.
+) -> list[WorkerResult]:
+    """Join the coordinator at ``url`` as ``nodes`` nodes and train until the campaign ends (or
+    ``max_rounds`` rounds of this run per node). Returns how each node ended; Ctrl-C and SIGTERM
+    end them cleanly (reason ``interrupted``).
 
-    ``torch_threads`` (else ``$SWARM_TORCH_THREADS``) sets torch's intra-op threads.
+    Each node is an ordinary node to the coordinator: its own identity and data directory
+    (:func:`node_data_dirs`), websocket, lease, policy, optimizer and checkpoint. They share the
+    process's device by taking turns, one round each in order, so one process's nodes never
+    compete for its cores; while one trains, the others' connections keep heartbeating.
+
+    Raises :class:`FatalError` when the coordinator refuses every node (a node refused while
+    others go on ends with reason ``fatal``), and :class:`~worker.client.identity.IdentityError`
+    when a data directory is unusable or in use. ``torch_threads`` (else
+    ``$SWARM_TORCH_THREADS``) sets torch's intra-op threads.
     """
     url = normalise_url(url)
     if not token:
@@ -182,7 +208,9 @@ def run_worker(
     if max_rounds is not None and max_rounds < 0:
         raise ValueError("max_rounds must be >= 0")
     data_dir = Path(data_dir).expanduser()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    dirs = node_data_dirs(data_dir, nodes)
+    for path in dirs:
+        path.mkdir(parents=True, exist_ok=True)
     threads = torch_threads or int(os.environ.get("SWARM_TORCH_THREADS") or 0)
     if threads > 0:
         import torch
@@ -190,15 +218,77 @@ def run_worker(
         torch.set_num_threads(threads)
     if not is_loopback(url) and url.startswith("ws://"):
         log.warning("%s is not encrypted: the token travels in clear text; prefer wss://", url)
-    identity = load_identity(data_dir)
-    with lock_data_dir(data_dir), _sigterm_as_interrupt():
-        run = _WorkerRun(url, token, data_dir, identity.node_id, backend, max_rounds, preferred_tier)
-        run.request_timeout = request_timeout
-        return run.run(status, console)
+    identities = [load_identity(path) for path in dirs]
+    cache = model_cache_dir(data_dir)
+    with contextlib.ExitStack() as stack:
+        for path in dirs:
+            stack.enter_context(lock_data_dir(path))
+        stack.enter_context(_sigterm_as_interrupt())
+        runs = [
+            _NodeRun(url, token, path, identity.node_id, cache, max_rounds, preferred_tier, request_timeout)
+            for path, identity in zip(dirs, identities, strict=True)
+        ]
+        _take_turns(runs, backend, data_dir, status, console)
+    refused = [run.fatal for run in runs if run.fatal is not None]
+    if len(refused) == len(runs):
+        raise refused[0]
+    return [run.result for run in runs]
 
 
-class _WorkerRun:
-    """One run of :func:`run_worker`: its state, and the cleanup that depends on it."""
+def _take_turns(
+    runs: list[_NodeRun], backend: str, data_dir: Path, status: bool, console: Console | None
+) -> None:
+    """Start every node, then run one round of each active node in turn until none is left."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from worker.engine.hardware import detect
+
+    hardware = detect(data_dir)
+    backend_name, reason = choose_backend(backend, hardware)
+    log.info("backend: %s (%s)", backend_name, reason)
+    console = console or Console(stderr=True)
+    live: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if status and console.is_terminal:
+        live = Live(_StatusLines(runs), console=console, refresh_per_second=2, transient=True)
+    current: _NodeRun | None = None
+    try:
+        with live:
+            active = []
+            for run in runs:
+                current = run
+                label = f"node {run.node_id[:8]}: " if len(runs) > 1 else ""
+                if run.guarded(run.start, hardware, backend_name, label):
+                    active.append(run)
+            while active:
+                for run in list(active):
+                    current = run
+                    if not run.guarded(run.step):
+                        active.remove(run)
+            current = None
+    except KeyboardInterrupt:
+        for run in runs:
+            run.interrupted(busy=run is current)
+    finally:
+        for run in runs:
+            run.finish()
+
+
+class _StatusLines:
+    """The live status: one line per started node (a rich renderable, re-read on every refresh)."""
+
+    def __init__(self, runs: list[_NodeRun]) -> None:
+        self.runs = runs
+
+    def __rich__(self) -> Text:
+        from rich.text import Text
+
+        return Text("\n".join(run.line.render() for run in self.runs if run.line is not None))
+
+
+class _NodeRun:
+    """One node of a :func:`run_nodes` call: its state, its round step and the cleanup that
+    depends on where it stopped."""
 
     def __init__(
         self,
@@ -206,67 +296,70 @@ class _WorkerRun:
         token: str,
         data_dir: Path,
         node_id: str,
-        backend: str,
+        cache: Path,
         max_rounds: int | None,
         preferred_tier: str | None,
+        request_timeout: float,
     ) -> None:
         self.url = url
         self.token = token
         self.data_dir = data_dir
         self.node_id = node_id
-        self.requested_backend = backend
+        self.cache = cache
         self.max_rounds = max_rounds
         self.preferred_tier = preferred_tier
-        self.request_timeout = DEFAULT_REQUEST_TIMEOUT
+        self.request_timeout = request_timeout
         self.result = WorkerResult(node_id)
+        self.fatal: FatalError | None = None
+        self.transport: WebsocketTransport | None = None
+        self.line: StatusLine | None = None
         self.agent: Agent | None = None
+        self.rounds = 0  # the campaign's rounds per node
         self.phase = "starting"  # starting, generate, train, idle
         self.saved_round = -1
         self.every = 1
+        self.lost_in_a_row = 0
 
-    def run(self, status: bool, console: Console | None) -> WorkerResult:
-        from rich.console import Console
-        from rich.live import Live
-
-        from worker.engine.hardware import detect
-
-        hardware = detect(self.data_dir)
-        backend_name, reason = choose_backend(self.requested_backend, hardware)
-        log.info("backend: %s (%s)", backend_name, reason)
-        speed = load_stats(self.data_dir).get("generation_tokens_per_second", 0.0)
-        speed = float(speed) if isinstance(speed, int | float) and math.isfinite(speed) else 0.0
-        hello = hello_fields(self.token, self.node_id, hardware, self.preferred_tier, speed)
-        transport = WebsocketTransport(self.url, hello, request_timeout=self.request_timeout)
-        line = StatusLine(transport)
-        console = console or Console(stderr=True)
-        live: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-        if status and console.is_terminal:
-            live = Live(line, console=console, refresh_per_second=2, transient=True)
+    def guarded(self, step: Callable[..., None], *args: Any) -> bool:
+        """Run ``step``; False once this node is done (its campaign finished, or it was refused)."""
         try:
-            with live:
-                log.info("node %s: connecting to %s", self.node_id, self.url)
-                welcome = transport.start()
-                self._train(transport, welcome, hardware, backend_name, line)
-        except KeyboardInterrupt:
-            self._stopped(transport)
+            step(*args)
         except CampaignFinished as finished:
-            state = transport.campaign_state
+            assert self.transport is not None
+            state = self.transport.campaign_state
             if state in FINISHED_STATES:
                 self.result.reason = f"campaign_{state}"
             else:  # past the campaign's rounds, or refused at hello
                 self.result.reason = "completed" if self.agent is not None else "campaign_not_running"
             self.result.message = str(finished)
-        finally:
-            self._save_if_consistent()
-            transport.close()
-        if self.agent is not None:
-            self.result.next_round = self.agent.round
-        log.info("stopped: %s", self.result.message or self.result.reason)
-        return self.result
+            return False
+        except FatalError as error:
+            log.error("node %s: cannot continue: %s", self.node_id, error)
+            self.fatal = error
+            self.result.reason, self.result.message = "fatal", str(error)
+            return False
+        return not self.result.reason
 
-    def _stopped(self, transport: WebsocketTransport) -> None:
+    def start(self, hardware: Hardware, backend_name: str, label: str = "") -> None:
+        speed = load_stats(self.data_dir).get("generation_tokens_per_second", 0.0)
+        speed = float(speed) if isinstance(speed, int | float) and math.isfinite(speed) else 0.0
+        hello = hello_fields(self.token, self.node_id, hardware, self.preferred_tier, speed)
+        self.transport = WebsocketTransport(self.url, hello, request_timeout=self.request_timeout)
+        self.line = StatusLine(self.transport, label)
+        log.info("node %s: connecting to %s", self.node_id, self.url)
+        welcome = self.transport.start()
+        self._load(self.transport, welcome, hardware, backend_name, self.line)
+
+    def interrupted(self, busy: bool) -> None:
+        """Ctrl-C or SIGTERM: a lease being generated for is given back (only the node whose
+        turn it was can hold one); a training step in progress is discarded."""
+        if self.result.reason:
+            return
         self.result.reason = "interrupted"
         self.result.message = "interrupted"
+        transport = self.transport
+        if not busy or transport is None:
+            return
         if self.phase == "generate" and transport.active_lease is not None:
             lease = transport.active_lease
             if transport.release_active():
@@ -277,19 +370,25 @@ class _WorkerRun:
                 f"from the checkpoint of round {max(self.saved_round, 0)}"
             )
 
-    def _save_if_consistent(self) -> None:
-        """Checkpoint unless the weights are halfway through a training step."""
+    def finish(self) -> None:
+        """Checkpoint unless the weights are halfway through a training step; close."""
         agent = self.agent
-        if agent is None or self.phase == "train" or agent.round <= self.saved_round:
-            return
-        self._save()
+        try:
+            if agent is not None and self.phase != "train" and agent.round > self.saved_round:
+                self._save()
+        finally:
+            if self.transport is not None:
+                self.transport.close()
+        if agent is not None:
+            self.result.next_round = agent.round
+        log.info("node %s stopped: %s", self.node_id, self.result.message or self.result.reason)
 
     def _save(self) -> None:
         assert self.agent is not None and self.result.checkpoint is not None
         self.agent.save(self.result.checkpoint)
         self.saved_round = self.agent.round
 
-    def _train(
+    def _load(
         self,
         transport: WebsocketTransport,
         welcome: dict[str, Any],
@@ -301,7 +400,7 @@ class _WorkerRun:
         from worker.engine.policy import load_policy, resolve
         from worker.shared.campaign import CampaignConfig, ConfigError
         from worker.shared.config import stable_seed
-        from worker.shared.tiers import ModelSpec, model_cache_dir, tier
+        from worker.shared.tiers import ModelSpec, tier
 
         campaign = welcome["campaign"]
         try:
@@ -319,7 +418,8 @@ class _WorkerRun:
         self.result.campaign_id = campaign.get("id")
         self.result.tier = tier_name
         log.info(
-            "joined campaign %r (%s) as tier %s: %s",
+            "node %s joined campaign %r (%s) as tier %s: %s",
+            self.node_id,
             campaign.get("name"),
             campaign.get("state"),
             tier_name,
@@ -327,9 +427,8 @@ class _WorkerRun:
         )
         line.tier, line.rounds, line.phase = tier_name, config.rounds, "loading model"
         device = "cuda" if hardware.device == "cuda" else "cpu"
-        cache = model_cache_dir(self.data_dir)
-        model_dir = resolve(spec, cache, log=lambda m: log.info("%s", m))  # builds a tiny tier once
-        model, tokenizer = load_policy(spec, cache, device, log=lambda m: log.info("%s", m))
+        model_dir = resolve(spec, self.cache, log=lambda m: log.info("%s", m))  # builds a tiny tier once
+        model, tokenizer = load_policy(spec, self.cache, device, log=lambda m: log.info("%s", m))
         seed = stable_seed(config.seed, self.node_id)
         generation = build_backend(backend_name, model, tokenizer, model_dir, spec, hardware, seed)
         speed = measure_generation_speed(generation, tokenizer, config.system_prompt)
@@ -353,7 +452,8 @@ class _WorkerRun:
         self.agent = agent
         self.saved_round = agent.round if self.result.checkpoint.exists() else -1
         self.result.start_round = agent.round
-        self._loop(transport, agent, config.rounds, line)
+        self.rounds = config.rounds
+        self.phase = "idle"
 
     def _resume(self, agent: Agent, path: Path, resume_round: int) -> None:
         checkpoint_round = 0
@@ -385,63 +485,63 @@ class _WorkerRun:
             )
         agent.round = max(checkpoint_round, resume_round)
 
-    def _loop(self, transport: WebsocketTransport, agent: Agent, rounds: int, line: StatusLine) -> None:
-        lost_in_a_row = 0
-        self.phase = "idle"
-        while True:
-            line.round = agent.round
-            if agent.round >= rounds:
-                self.result.reason = "completed"
-                self.result.message = f"this node finished the campaign's {rounds} rounds"
-                return
-            if self.max_rounds is not None and self.result.rounds_run >= self.max_rounds:
-                self.result.reason = "max_rounds"
-                self.result.message = f"ran {self.result.rounds_run} rounds (--max-rounds)"
-                return
-            if transport.campaign_state in FINISHED_STATES:
-                self.result.reason = f"campaign_{transport.campaign_state}"
-                self.result.message = f"the campaign is {transport.campaign_state}"
-                return
-            self.phase, line.phase = "generate", "generating"
-            try:
-                agent.generate_phase()
-            except RoundSubmitted as done:
-                # The pool holds this round's rollouts (the last process died after its
-                # submit_ack): report the round, untrained, and go on; no second lease for it.
-                log.warning("round %d: already submitted before a restart; going on to the next", done.round)
-                transport.report(
-                    agent.agent_id, done.round, {"round": float(done.round), "resumed_submitted": 1.0}
-                )
-                agent.round = done.round + 1
-                self.phase = "idle"
-                continue
-            except LeaseLost as lost:
-                lost_in_a_row += 1
-                if lost_in_a_row >= 5:
-                    raise FatalError(
-                        "lease_expired",
-                        f"{lost_in_a_row} leases in a row were lost before this worker could submit "
-                        f"them ({lost}); this machine may be too slow for the campaign's lease time",
-                    ) from None
-                log.warning("round %d: %s; generating the round again with a new lease", agent.round, lost)
-                self.phase = "idle"
-                continue
-            lost_in_a_row = 0
-            self.phase = "train"
-            line.phase = "training"
-            metrics = agent.train_phase()
-            self.phase = "idle"
-            line.phase = "idle"
-            self.result.rounds_run += 1
-            line.update(metrics)
-            line.round = agent.round
-            log.info(
-                "round %d: reward %.3f, %.0f tokens/s, external %.0f%%, %.1f s",
-                agent.round - 1,
-                metrics.get("reward", float("nan")),
-                metrics.get("tokens_per_second", float("nan")),
-                100 * metrics.get("external_fraction", 0.0),
-                metrics.get("round_time", float("nan")),
+    def step(self) -> None:
+        """One round (lease, generate, submit, sample, train, report), or this node's end: sets
+        ``result.reason`` when there is nothing left for it to do."""
+        transport, agent, line = self.transport, self.agent, self.line
+        assert transport is not None and agent is not None and line is not None
+        line.round = agent.round
+        if agent.round >= self.rounds:
+            self.result.reason = "completed"
+            self.result.message = f"this node finished the campaign's {self.rounds} rounds"
+            return
+        if self.max_rounds is not None and self.result.rounds_run >= self.max_rounds:
+            self.result.reason = "max_rounds"
+            self.result.message = f"ran {self.result.rounds_run} rounds (--max-rounds)"
+            return
+        if transport.campaign_state in FINISHED_STATES:
+            self.result.reason = f"campaign_{transport.campaign_state}"
+            self.result.message = f"the campaign is {transport.campaign_state}"
+            return
+        self.phase, line.phase = "generate", "generating"
+        try:
+            agent.generate_phase()
+        except RoundSubmitted as done:
+            # The pool holds this round's rollouts (the last process died after its
+            # submit_ack): report the round, untrained, and go on; no second lease for it.
+            log.warning("round %d: already submitted before a restart; going on to the next", done.round)
+            transport.report(
+                agent.agent_id, done.round, {"round": float(done.round), "resumed_submitted": 1.0}
             )
-            if agent.round % self.every == 0:
-                self._save()
+            agent.round = done.round + 1
+            self.phase = "idle"
+            return
+        except LeaseLost as lost:
+            self.lost_in_a_row += 1
+            self.phase = "idle"
+            if self.lost_in_a_row >= 5:
+                raise FatalError(
+                    "lease_expired",
+                    f"{self.lost_in_a_row} leases in a row were lost before this worker could submit "
+                    f"them ({lost}); this machine may be too slow for the campaign's lease time",
+                ) from None
+            log.warning("round %d: %s; generating the round again with a new lease", agent.round, lost)
+            return
+        self.lost_in_a_row = 0
+        self.phase, line.phase = "train", "training"
+        metrics = agent.train_phase()
+        self.phase, line.phase = "idle", "idle"
+        self.result.rounds_run += 1
+        line.update(metrics)
+        line.round = agent.round
+        log.info(
+            "node %s round %d: reward %.3f, %.0f tokens/s, external %.0f%%, %.1f s",
+            self.node_id[:8],
+            agent.round - 1,
+            metrics.get("reward", float("nan")),
+            metrics.get("tokens_per_second", float("nan")),
+            100 * metrics.get("external_fraction", 0.0),
+            metrics.get("round_time", float("nan")),
+        )
+        if agent.round % self.every == 0:
+            self._save()
