@@ -25,7 +25,7 @@ def field_errors(response, field: str) -> list[str]:
 def test_presets_fill_the_form(staff):
     form = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"]
     assert form.initial["tiers"] == ["tiny-1m", "tiny-5m"]
-    assert form.initial["task_preset"] == "cpu" and form.initial["rounds"] == 60
+    assert form.initial["task_preset"] == "cpu" and form.initial["rounds"] == 40
     form = staff.get(reverse("campaign-new") + "?preset=sapo-table&num_local=6&num_external=2").context[
         "form"
     ]

@@ -4,14 +4,17 @@ One command shows a swarm learning next to its isolated controls on one machine:
 
 1. migrate the database (embedded SQLite unless DATABASE_URL is set);
 2. create a staff account with a generated password (printed once) if there is none;
-3. build the tiny CPU tiers once (cached in the model cache, reused by later runs): the first
-   tier before anything starts, the others in the background while the first one's swarm runs
-   (their workers start when their model is built);
-4. create a ``cpu-demo`` campaign and a worker token, and launch it (the controls are queued);
-5. start the ASGI server, a Celery worker with beat, and N local workers per tier;
-6. print the dashboard URL and a status line every few seconds until the campaign completes,
-   ``--minutes`` pass, or Ctrl-C; then stop every child process (workers first, so they give
-   their leases back) and mark the campaign stopped or completed.
+3. use the shipped tiny tiers (worker/models/, checksums checked); a tier the project does not
+   ship is built once into the model cache: the first such tier before anything starts, the
+   others in the background (their workers start when their model is built);
+4. create a ``cpu-demo`` campaign and a worker token, and launch it (the controls are queued:
+   ``--seeds`` per tier and arm);
+5. start the ASGI server, a Celery worker with beat, and ``--workers`` local worker processes
+   per tier, each running ``--nodes`` nodes (a swarm of workers x nodes per tier);
+6. print the dashboard URL and a status line every few seconds (per tier and arm: round, reward,
+   n, and the swarm's external share); once the campaign completes, keep serving the dashboard
+   and its export until Ctrl-C (or ``--minutes``); then stop every child process (workers
+   first, so they give their leases back) and mark the campaign stopped if it had not ended.
 
 With DATABASE_URL and REDIS_URL set, the same command runs on PostgreSQL and Redis.
 """
@@ -35,6 +38,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Avg, Max
+from django.urls import reverse
 
 from swarm_app.core.consumers import daphne_command
 
@@ -103,7 +107,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--workers", type=int, default=1, help="local workers per tier (default 1: 2 cores)"
+            "--workers", type=int, default=2, help="local worker processes per tier (default 2)"
+        )
+        parser.add_argument(
+            "--nodes",
+            type=int,
+            default=2,
+            help="nodes per worker process, taking turns on its core (default 2: 4 swarm nodes per tier)",
+        )
+        parser.add_argument(
+            "--seeds", type=int, default=None, help="control runs per tier and arm (default: the preset's)"
         )
         parser.add_argument(
             "--rounds", type=int, default=None, help="rounds per node (default: the preset's)"
@@ -152,7 +165,7 @@ class Command(BaseCommand):
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
         from worker.shared.campaign import cpu_demo_config
-        from worker.shared.tiers import is_built, tier
+        from worker.shared.tiers import tier, tiny_model_ready
 
         demo_dir = Path(settings.DATA_DIR) / "demo"
         if opts["reset"]:
@@ -171,21 +184,25 @@ class Command(BaseCommand):
         # One model cache for the demo and every child it starts (server, Celery, workers): a
         # worker's own default would be inside its data directory, and it would build again.
         cache = model_cache()
-        # The first tier is built (if need be) before anything starts; the others build in
-        # child processes while the first one's swarm already runs, so a fresh machine shows a
-        # learning swarm minutes earlier. Their workers start once their model is there; their
-        # controls wait on the model's build lock meanwhile (heartbeating, so not requeued).
+        # The shipped tiers load at once. A tier not shipped is built: the first one (if need be)
+        # before anything starts, the others in child processes while the swarm already runs;
+        # their workers start once their model is there, their controls wait on the build lock.
         started = time.monotonic()
-        try:
-            path = self.build_model(tiers[0], cache)
-        except KeyboardInterrupt:
-            self.stdout.write("\ninterrupted while building (the next run builds again)")
-            sys.exit(130)
-        self.stdout.write(f"model {tiers[0]}: {path} ({time.monotonic() - started:.0f} s)")
+        unbuilt = [name for name in tiers if not tiny_model_ready(name, cache)]
+        if tiers[0] in unbuilt:
+            try:
+                path = self.build_model(tiers[0], cache)
+            except KeyboardInterrupt:
+                self.stdout.write("\ninterrupted while building (the next run builds again)")
+                sys.exit(130)
+            self.stdout.write(f"model {tiers[0]}: {path} ({time.monotonic() - started:.0f} s)")
+            unbuilt.remove(tiers[0])
 
         overrides = {"tiers": tiers}
         if opts["rounds"]:
             overrides["rounds"] = opts["rounds"]
+        if opts["seeds"] is not None:
+            overrides["controls"] = {**cpu_demo_config().to_json()["controls"], "seeds": opts["seeds"]}
         config = cpu_demo_config(**overrides).validate()
         campaign = Campaign.objects.create(
             name=f"cpu-demo {time.strftime('%Y-%m-%d %H:%M')}", config=config.to_json()
@@ -199,22 +216,21 @@ class Command(BaseCommand):
         env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1", "SWARM_MODEL_CACHE": str(cache)}
         python = sys.executable
         building: dict[str, tuple[subprocess.Popen, float]] = {}
-        interrupted = False
+        interrupted = finished = False
         try:
             # Later tiers not yet built: one build process each, on one thread (the running swarm has
             # the cores; oversubscribed torch threads run several times slower, docs/tiny-models.md).
-            for name in tiers[1:]:
-                if not is_built(cache / name):
-                    build = children.start(
-                        f"build-{name}",
-                        [python, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
-                        **env,
-                    )
-                    building[name] = (build, time.monotonic())
-                    self.stdout.write(
-                        f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
-                        "its workers start when it is built"
-                    )
+            for name in unbuilt:
+                build = children.start(
+                    f"build-{name}",
+                    [python, "-m", "worker.cli", "build-tiny", name, "--cache-dir", str(cache)],
+                    **env,
+                )
+                building[name] = (build, time.monotonic())
+                self.stdout.write(
+                    f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
+                    "its workers start when it is built"
+                )
             children.start(
                 "daphne",
                 daphne_command(python, port),
@@ -262,6 +278,8 @@ class Command(BaseCommand):
                             str(data_dir),
                             "--tier",
                             name,
+                            "--nodes",
+                            str(opts["nodes"]),
                             "--no-status",
                             "--threads",
                             "1",
@@ -282,6 +300,11 @@ class Command(BaseCommand):
             deadline = time.monotonic() + opts["minutes"] * 60 if opts["minutes"] else None
             while True:
                 time.sleep(opts["status_every"])
+                if deadline and time.monotonic() > deadline:
+                    self.stdout.write(f"--minutes {opts['minutes']:g} reached")
+                    break
+                if finished:
+                    continue  # serving the results until Ctrl-C
                 for name, (build, build_started) in list(building.items()):
                     if build.poll() == 0:  # a failed build is a dead child, reported below
                         del building[name]
@@ -290,15 +313,22 @@ class Command(BaseCommand):
                 campaign.refresh_from_db()
                 self.stdout.write(self.status_line(campaign))
                 if complete_if_done(campaign) or campaign.is_finished:
-                    break
-                if deadline and time.monotonic() > deadline:
-                    self.stdout.write(f"--minutes {opts['minutes']:g} reached")
-                    break
+                    finished = True
+                    campaign.refresh_from_db()
+                    export = reverse("api-metrics", args=[campaign.pk])
+                    self.stdout.write(
+                        self.style.SUCCESS(
+                            f"campaign {campaign.pk} {campaign.state}: the dashboard stays at "
+                            f"{url}{campaign.get_absolute_url()} and its export at {url}{export} "
+                            "until Ctrl-C"
+                        )
+                    )
+                    continue
                 dead = children.dead()
                 if dead:
                     raise CommandError(f"{', '.join(dead)} exited with an error; see {demo_dir}/<name>.log")
         except KeyboardInterrupt:
-            interrupted = True
+            interrupted = not finished  # Ctrl-C after the campaign's end is how the demo ends
             self.stdout.write("\nstopping every process (up to a minute)...")
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -359,13 +389,15 @@ class Command(BaseCommand):
         raise CommandError(f"the ASGI server did not answer at {url} within {timeout:.0f} s")
 
     def status_line(self, campaign) -> str:
+        """One line: per tier and arm, the last round reached, the mean reward of the last 5
+        rounds over its agents, n (agents reporting), and for the swarm the external share of
+        what it trained on over those rounds."""
         from swarm_app.campaigns.models import RoundMetrics
         from swarm_app.coordinator.models import WorkerNode
 
         parts = [f"[{time.strftime('%H:%M:%S')}] {campaign.state}"]
         workers = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
-        parts.append(f"workers {workers}")
-        # Per tier and arm: the last round reached and the mean reward of its last 5 rounds.
+        parts.append(f"nodes {workers}")
         for tier_name in campaign.settings.tiers:
             rows = RoundMetrics.objects.filter(campaign=campaign, tier=tier_name)
             arms = []
@@ -374,7 +406,15 @@ class Command(BaseCommand):
                 if last is None:
                     arms.append(f"{arm} -")
                     continue
-                recent = rows.filter(arm=arm, round__gte=max(0, last - 4)).aggregate(r=Avg("reward"))["r"]
-                arms.append(f"{arm} r{last} {recent:.3f}")
-            parts.append(f"{tier_name} reward: {', '.join(arms)}")
+                recent = rows.filter(arm=arm, round__gte=max(0, last - 4))
+                reward = recent.aggregate(r=Avg("reward"))["r"]
+                n = recent.values("agent").distinct().count()
+                text = f"{arm} r{last} {reward:.3f} (n={n}"
+                if arm == "swarm":
+                    shares = [m.get("external_fraction") for m in recent.values_list("metrics", flat=True)]
+                    shares = [x for x in shares if isinstance(x, int | float)]
+                    if shares:
+                        text += f", external {100 * sum(shares) / len(shares):.0f}%"
+                arms.append(text + ")")
+            parts.append(f"{tier_name}: {', '.join(arms)}")
         return " | ".join(parts)
