@@ -22,9 +22,7 @@ def test_import_contracts_are_kept():
     """``lint-imports`` over worker/ and swarm_app/: layers, torch-free shared layer and
     coordinator, a worker without Django, no circles among siblings."""
     lint = Path(sys.executable).with_name("lint-imports")
-    result = subprocess.run(
-        [str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
     assert "0 broken" in report, report

@@ -60,7 +60,10 @@ def test_worker_package_imports_no_django():
 def test_settings_follow_the_environment():
     if os.environ.get("REDIS_URL"):
         assert not settings.EMBEDDED
-        assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "swarm_app.core.redis_layer.ResilientRedisChannelLayer"
+        assert (
+            settings.CHANNEL_LAYERS["default"]["BACKEND"]
+            == "swarm_app.core.redis_layer.ResilientRedisChannelLayer"
+        )
         assert settings.CELERY_BROKER_URL == os.environ["REDIS_URL"]
     else:
         assert settings.EMBEDDED

@@ -41,7 +41,9 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
     environment, not on the command line. They exit by themselves when the campaign ends.
     """
     if not local_workers_allowed():
-        raise LocalWorkersDisabled("this coordinator does not start local workers (SWARM_ALLOW_LOCAL_WORKERS)")
+        raise LocalWorkersDisabled(
+            "this coordinator does not start local workers (SWARM_ALLOW_LOCAL_WORKERS)"
+        )
     root = Path(settings.DATA_DIR) / "local-workers" / f"campaign-{campaign.pk}"
     env = {
         **os.environ,
