@@ -12,6 +12,17 @@ One round r of agent n (Algorithm 1 of the SAPO paper, with GRPO as the update):
        advantages from verified rewards, take a GRPO step (worker/engine/trainer.py)
     7. report the round's metrics
 
+Controls of issue #18 (worker/shared/arms.py), set in :class:`~worker.shared.config.AgentConfig`:
+
+* ``replay="self"`` (``4/4-self``): step 4 draws the J rollouts from this agent's own last
+  ``self_window`` groups (this round's included, this round's local picks excluded) instead of
+  the swarm's pool; the window is saved in the checkpoint.
+* ``max_questions`` > B (``8/0-dyn``): after step 3, while fewer than I groups qualify for the
+  local strategy, lease and generate more questions (as many as are missing) from the
+  transport's over-generation stream (:meth:`LocalTransport.lease_extra`), at most
+  ``max_questions`` in all. The round's ``reward`` stays the mean over its first B questions
+  (those every arm sees); ``generation/questions`` counts all of them.
+
 Steps 1-3 are :meth:`Agent.generate_phase`, steps 4-7 :meth:`Agent.train_phase`; the
 simulator runs every agent's generate phase before any train phase so that a lockstep swarm
 shares within a round, while a volunteer runs :meth:`Agent.run_round` and shares
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +42,14 @@ import torch
 from worker.engine.checkpoint import load_checkpoint, save_checkpoint
 from worker.engine.generation.base import GenerationBackend
 from worker.engine.trainer import GRPOLearner, TrainSample
-from worker.engine.transport import Lease, Transport
+from worker.engine.transport import Behaviour, Lease, Transport
 from worker.shared.advantages import group_advantages, reward_std
 from worker.shared.config import AgentConfig, stable_seed
 from worker.shared.prompts import render_prompt
 from worker.shared.questions import TaskMix
 from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
-from worker.shared.sampling import assemble_batch
+from worker.shared.sampling import assemble_batch, qualifies
 
 
 @dataclass
@@ -75,19 +87,28 @@ class Agent:
         self.tokens_seen = 0  # prompt + completion tokens trained on so far (TRL's num_tokens)
         self._local: list[_LocalGroup] = []
         self._generation: dict[str, float] = {}
+        # self-replay: this agent's own last self_window verified groups (replay == "self")
+        self.window: deque[Rollout] = deque(maxlen=max(config.self_window, 1))
+        # what the last step trained on: (rollout id, generating agent, its round, "local" / "pool" /
+        # "self"), for audits and tests
+        self.last_batch: list[tuple[str, str, int, str]] = []
+        if config.max_questions and not hasattr(transport, "lease_extra"):
+            raise ValueError(
+                "over-generation (max_questions) needs a transport with lease_extra (LocalTransport)"
+            )
 
     # --- steps 1-3 -------------------------------------------------------------------------
-    def generate_phase(self) -> Lease:
+    def _generate(self, lease: Lease, tag: object) -> tuple[list[_LocalGroup], float]:
+        """G completions for each of ``lease``'s questions, scored, shared and verified."""
         cfg = self.config
         start = time.perf_counter()
-        lease = self.transport.lease(self.agent_id, self.round, cfg.questions_per_round)
         prompts = [render_prompt(self.tokenizer, q.question, cfg.system_prompt) for q in lease.questions]
         samples = self.backend.generate(
             prompts,
             n=cfg.group_size,
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.grpo.temperature,
-            seed=stable_seed(cfg.seed, self.agent_id, self.round, "generate"),
+            seed=stable_seed(cfg.seed, self.agent_id, self.round, "generate", *([tag] if tag else [])),
         )
         generation_time = time.perf_counter() - start
         reward_config = RewardConfig(cfg.format_weight)
@@ -115,27 +136,72 @@ class Agent:
             groups.append(
                 _LocalGroup(rollout, prompt_ids, [s.token_ids for s in group], [s.logprobs for s in group])
             )
-
         verified = self.transport.submit(lease, [g.rollout for g in groups])
         by_id = {r.rollout_id: r for r in verified}
         for g in groups:  # train on the swarm's verified rewards, never on our own claim
             g.rollout = by_id[g.rollout.rollout_id]
             g.rollout.advantages = group_advantages(g.rollout.rewards, cfg.grpo.scale_rewards)
+        return groups, generation_time
+
+    def generate_phase(self) -> Lease:
+        cfg = self.config
+        lease = self.transport.lease(self.agent_id, self.round, cfg.questions_per_round)
+        groups, generation_time = self._generate(lease, None)
+        calls = 1
+        if cfg.max_questions:  # over-generation: until I groups qualify or max_questions asked
+            informative = sum(qualifies(g.rollout, cfg.local_strategy) for g in groups)
+            while informative < cfg.num_local and len(groups) < cfg.max_questions:
+                count = min(cfg.num_local - informative, cfg.max_questions - len(groups))
+                extra = self.transport.lease_extra(  # type: ignore[attr-defined]
+                    self.agent_id, self.round, count, len(groups) - cfg.questions_per_round
+                )
+                more, seconds = self._generate(extra, ("extra", len(groups)))
+                groups += more
+                generation_time += seconds
+                calls += 1
+                informative += sum(qualifies(g.rollout, cfg.local_strategy) for g in more)
         self._local = groups
+        shared = getattr(self.transport, "pool", None) is not None  # someone may train on them
+        if cfg.grpo.external_importance_sampling_correction and shared:
+            self._publish_behaviour(groups)
         generated = sum(len(ids) for g in groups for ids in g.completion_ids)
-        self._generation = {"generation_time": generation_time, "generated_tokens": float(generated)}
+        self._generation = {
+            "generation_time": generation_time,
+            "generated_tokens": float(generated),
+            "generation/questions": float(len(groups)),
+            "generation/completions": float(len(groups) * cfg.group_size),
+            "generation/calls": float(calls),
+            "generation/reward": sum(r for g in groups for r in g.rollout.rewards)
+            / sum(len(g.rollout.rewards) for g in groups),
+        }
         return lease
+
+    def _publish_behaviour(self, groups: list[_LocalGroup]) -> None:
+        """The generator's per-token log-probs of its own completions (this policy, before its
+        update), published to the in-process pool for the off-policy correction of receivers."""
+        samples = [TrainSample(g.prompt_ids, ids, 0.0) for g in groups for ids in g.completion_ids]
+        logps = iter(self.learner.score(samples)) if samples else iter(())
+        for g in groups:
+            behaviour = Behaviour(
+                self.tier, g.prompt_ids, g.completion_ids, [next(logps) for _ in g.completion_ids]
+            )
+            self.transport.publish_behaviour(g.rollout.rollout_id, behaviour)  # type: ignore[attr-defined]
 
     # --- steps 4-7 -------------------------------------------------------------------------
     def train_phase(self) -> dict[str, float]:
         cfg = self.config
         start = time.perf_counter()
+        local_rollouts = [g.rollout for g in self._local]
         external: list[Rollout] = []
-        if cfg.num_external > 0:
+        self_replay = cfg.replay == "self"
+        if self_replay:
+            # this round's groups join the window first; the local picks are excluded below
+            self.window.extend(local_rollouts)
+            external = list(self.window)
+        elif cfg.num_external > 0:
             external = self.transport.sample_external(
                 self.agent_id, self.round, cfg.num_external, cfg.external_strategy
             )
-        local_rollouts = [g.rollout for g in self._local]
         rng = random.Random(stable_seed(cfg.seed, self.agent_id, self.round, "batch"))
         batch, stats = assemble_batch(
             local_rollouts,
@@ -145,17 +211,27 @@ class Agent:
             cfg.local_strategy,
             cfg.external_strategy,
             rng,
+            exclude_chosen_local=self_replay,
         )
         local_ids = {g.rollout.rollout_id: g for g in self._local}
+        chosen_local = batch[: stats.local_used]
+        chosen_external = batch[stats.local_used :]
         samples: list[TrainSample] = []
-        for rollout in batch:
-            group = local_ids.get(rollout.rollout_id)
-            samples.extend(self._train_samples(rollout, group))
+        for rollout in chosen_local:
+            samples.extend(self._train_samples(rollout, local_ids[rollout.rollout_id]))
+        for rollout in chosen_external:
+            samples.extend(self._train_samples(rollout, None))
+        source = "self" if self_replay else "pool"
+        self.last_batch = [(r.rollout_id, r.agent_id, r.round, "local") for r in chosen_local] + [
+            (r.rollout_id, r.agent_id, r.round, source) for r in chosen_external
+        ]
 
         metrics = self._reward_metrics()
         metrics.update(stats.metrics())
         # Audit figure: a pool must never hand an agent its own rollouts as "external".
-        metrics["batch/external_from_self"] = float(sum(r.agent_id == self.agent_id for r in external))
+        pooled = [] if self_replay else external
+        metrics["batch/external_from_self"] = float(sum(r.agent_id == self.agent_id for r in pooled))
+        metrics.update(self._batch_metrics(chosen_local, chosen_external))
         if samples:
             step = self.learner.step(samples)
             self.backend.sync_weights(self.model)
@@ -175,6 +251,35 @@ class Agent:
         self._local = []
         return metrics
 
+    def _batch_metrics(self, local: list[Rollout], external: list[Rollout]) -> dict[str, float]:
+        """What the step trained on: informative groups, the J side's origin and age, and the
+        reward/advantage statistics of own vs external (or replayed) groups."""
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values) if values else 0.0
+
+        metrics = {
+            "batch/informative_groups": float(sum(not r.zero_advantage for r in local + external)),
+            "batch/local_informative": float(sum(not r.zero_advantage for r in local)),
+            "batch/external_informative": float(sum(not r.zero_advantage for r in external)),
+            # J-side rollouts generated by another agent: 0 by design for self-replay
+            "batch/external_from_others": float(sum(r.agent_id != self.agent_id for r in external)),
+        }
+        for side, groups in (("local", local), ("external", external)):
+            if not groups:
+                continue
+            advantages = [
+                abs(a) for r in groups for a in group_advantages(r.rewards, self.config.grpo.scale_rewards)
+            ]
+            metrics[f"batch/{side}_reward_mean"] = mean([r.mean_reward for r in groups])
+            metrics[f"batch/{side}_reward_std"] = mean([reward_std(r.rewards) for r in groups])
+            metrics[f"advantages/{side}_abs_mean"] = mean(advantages)
+        if external:  # age in rounds: 0 = generated this round
+            ages = [float(self.round - r.round) for r in external]
+            metrics["batch/external_age"] = mean(ages)
+            metrics["batch/external_age_max"] = max(ages)
+        return metrics
+
     def run_round(self) -> dict[str, float]:
         self.generate_phase()
         return self.train_phase()
@@ -183,9 +288,14 @@ class Agent:
         """One TrainSample per completion; external text is re-tokenised with our tokenizer."""
         advantages = group_advantages(rollout.rewards, self.config.grpo.scale_rewards)
         sampler_logp: list[list[float] | None] = [None] * len(rollout.completions)
+        behaviour_logp: list[list[float] | None] = [None] * len(rollout.completions)
         if local is not None:
             prompt_ids, completion_ids = local.prompt_ids, local.completion_ids
             sampler_logp = local.sampler_logp
+        elif (behaviour := self._behaviour(rollout)) is not None:
+            # the generator's own tokens (same tokenizer), with its log-probs for the correction
+            prompt_ids, completion_ids = behaviour.prompt_ids, behaviour.completion_ids
+            behaviour_logp = behaviour.logp
         else:
             prompt = render_prompt(self.tokenizer, rollout.question, self.config.system_prompt)
             prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -195,18 +305,41 @@ class Agent:
                 for text, truncated in zip(rollout.completions, rollout.truncated, strict=True)
             ]
         return [
-            TrainSample(prompt_ids, ids, adv, truncated=trunc, external=local is None, sampler_logp=logp)
-            for ids, adv, trunc, logp in zip(
-                completion_ids, advantages, rollout.truncated, sampler_logp, strict=True
+            TrainSample(
+                prompt_ids,
+                ids,
+                adv,
+                truncated=trunc,
+                external=local is None,
+                sampler_logp=logp,
+                behaviour_logp=blogp,
+            )
+            for ids, adv, trunc, logp, blogp in zip(
+                completion_ids, advantages, rollout.truncated, sampler_logp, behaviour_logp, strict=True
             )
         ]
 
+    def _behaviour(self, rollout: Rollout) -> Behaviour | None:
+        """The generator's tokens and log-probs of an external rollout, when the correction is on,
+        the transport knows them (the in-process pool) and the generator shares our tokenizer."""
+        if not self.config.grpo.external_importance_sampling_correction:
+            return None
+        lookup = getattr(self.transport, "behaviour", None)
+        behaviour = lookup(rollout.rollout_id) if lookup is not None else None
+        if behaviour is None or behaviour.tokenizer != self.tier:
+            return None
+        return behaviour
+
     def _reward_metrics(self) -> dict[str, float]:
-        """TRL-named statistics of this round's own completions, on verified rewards."""
-        all_rewards = [r for g in self._local for r in g.rollout.rewards]
-        lengths = [len(ids) for g in self._local for ids in g.completion_ids]
-        truncated = [t for g in self._local for t in g.rollout.truncated]
-        groups = [g.rollout for g in self._local]
+        """TRL-named statistics of this round's own completions, on verified rewards.
+
+        Over the round's first B questions only (the ones every arm sees), also when the agent
+        over-generated (``generation/reward`` is the mean over all it generated)."""
+        base = self._local[: self.config.questions_per_round]
+        all_rewards = [r for g in base for r in g.rollout.rewards]
+        lengths = [len(ids) for g in base for ids in g.completion_ids]
+        truncated = [t for g in base for t in g.rollout.truncated]
+        groups = [g.rollout for g in base]
         return {
             "reward": sum(all_rewards) / len(all_rewards),
             "reward_std": reward_std(all_rewards),
@@ -223,7 +356,12 @@ class Agent:
             path,
             model=self.model,
             optimizer=self.learner.optimizer,
-            state={"round": self.round, "tokens_seen": self.tokens_seen, "agent_id": self.agent_id},
+            state={
+                "round": self.round,
+                "tokens_seen": self.tokens_seen,
+                "agent_id": self.agent_id,
+                "self_window": [r.to_json() for r in self.window] if self.config.replay == "self" else [],
+            },
         )
 
     def load(self, path: Path) -> None:
@@ -232,4 +370,6 @@ class Agent:
             raise ValueError(f"checkpoint {path} belongs to agent {state['agent_id']}, not {self.agent_id}")
         self.round = state["round"]
         self.tokens_seen = state["tokens_seen"]
+        self.window.clear()
+        self.window.extend(Rollout.from_json(item) for item in state.get("self_window", []))
         self.backend.sync_weights(self.model)

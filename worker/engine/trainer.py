@@ -14,6 +14,17 @@ are weighted by TRL's truncated importance-sampling ratio exp(old_logp - sampler
 (``vllm_importance_sampling_*`` in GRPOConfig); the others (transformers' samples, which the
 learner's module itself produced, and external rollouts, which travel as text) get weight 1.
 
+Off-policy external rollouts (opt-in, ``external_importance_sampling_correction``; the
+in-process simulator only, since rollouts travel as text without log-probs): an external
+sample that carries its generator's per-token log-probs (``behaviour_logp``) is weighted by
+min(exp(old_logp - behaviour_logp), ``external_importance_sampling_clip_max``), truncated
+importance sampling from the generator's policy to this one; its statistics are the
+``sampling/external_*`` metrics.
+
+``grad_norm`` is the total gradient norm *before* clipping (what ``clip_grad_norm_`` returns and
+TRL/transformers log); ``grad_norm_clipped`` is the fraction of the step's mu updates whose
+norm exceeded ``max_grad_norm`` and so were scaled down.
+
 Memory (worker/engine/memory.py): on a CUDA device the learner trains fp32 master weights under
 bf16 autocast, packs micro-batches under a token budget derived from the device's free memory
 before each step, and turns gradient checkpointing on when that budget needs it (which turns
@@ -57,6 +68,8 @@ class TrainSample:
     truncated: bool = False
     external: bool = False
     sampler_logp: list[float] | None = None  # the sampler's log-prob of each completion token
+    # an external sample's generator's log-prob of each completion token (off-policy correction)
+    behaviour_logp: list[float] | None = None
 
 
 @dataclass
@@ -69,6 +82,8 @@ class _MicroBatch:
     prefix_ids: torch.Tensor | None = None  # [1, L]: tokens every row's prompt starts with, run once
     sampler_logp: torch.Tensor | None = None  # [b, T]: the sampler's log-probs (0 where none)
     has_sampler: torch.Tensor | None = None  # [b] bool: rows whose sampler log-probs are known
+    behaviour_logp: torch.Tensor | None = None  # [b, T]: external generators' log-probs (0 where none)
+    has_behaviour: torch.Tensor | None = None  # [b] bool
     old_logp: torch.Tensor | None = None  # [b, T]
     ref_logp: torch.Tensor | None = None  # [b, T]
     is_weights: torch.Tensor | None = None  # [b, T] or [b, 1]
@@ -103,6 +118,8 @@ def collate(
     completion_mask = torch.zeros((b, T), dtype=torch.float32)
     sampler_logp = torch.zeros((b, T), dtype=torch.float32)
     has_sampler = torch.zeros(b, dtype=torch.bool)
+    behaviour_logp = torch.zeros((b, T), dtype=torch.float32)
+    has_behaviour = torch.zeros(b, dtype=torch.bool)
     for i, s in enumerate(samples):
         p, t = len(s.prompt_ids), len(s.completion_ids)
         input_ids[i, P - p : P] = torch.tensor(s.prompt_ids)
@@ -117,7 +134,13 @@ def collate(
                 raise ValueError(f"{len(s.sampler_logp)} sampler log-probs for {t} completion tokens")
             sampler_logp[i, :t] = torch.tensor(s.sampler_logp, dtype=torch.float32)
             has_sampler[i] = True
+        if s.behaviour_logp is not None:
+            if len(s.behaviour_logp) != t:
+                raise ValueError(f"{len(s.behaviour_logp)} behaviour log-probs for {t} completion tokens")
+            behaviour_logp[i, :t] = torch.tensor(s.behaviour_logp, dtype=torch.float32)
+            has_behaviour[i] = True
     any_sampler = bool(has_sampler.any())
+    any_behaviour = bool(has_behaviour.any())
     return _MicroBatch(
         input_ids=input_ids.to(device),
         attention_mask=attention_mask.to(device),
@@ -127,43 +150,67 @@ def collate(
         prefix_ids=prefix_ids,
         sampler_logp=sampler_logp.to(device) if any_sampler else None,
         has_sampler=has_sampler.to(device) if any_sampler else None,
+        behaviour_logp=behaviour_logp.to(device) if any_behaviour else None,
+        has_behaviour=has_behaviour.to(device) if any_behaviour else None,
     )
 
 
 class _SamplerStats:
-    """TRL's sampling/* metrics over a step's tokens (or sequences) that carry sampler log-probs."""
+    """TRL's sampling/* metrics over a step's tokens (or sequences) that carry sampler log-probs.
 
-    def __init__(self) -> None:
+    ``prefix`` "sampling/" gives TRL's names (``sampling/sampling_logp_difference/mean``,
+    ``sampling/importance_sampling_ratio/mean``, ...); "sampling/external_" the same statistics
+    of the external correction (``sampling/external_logp_difference/mean``,
+    ``sampling/external_importance_sampling_ratio/mean``, ...), which also counts the share of
+    ratios the cap truncated (``sampling/external_importance_sampling_truncated``).
+    """
+
+    def __init__(self, prefix: str = "sampling/", cap: float | None = None) -> None:
+        self.prefix = prefix
+        self.cap = cap
         self.diff_sum = self.diff_max = self.diff_count = 0.0
-        self.ratio_sum = self.ratio_count = 0.0
+        self.ratio_sum = self.ratio_count = self.truncated = 0.0
         self.ratio_min, self.ratio_max = float("inf"), float("-inf")
 
-    def add(self, mb: _MicroBatch, old_logp: torch.Tensor, weights: torch.Tensor) -> None:
-        assert mb.sampler_logp is not None and mb.has_sampler is not None
-        tokens = mb.completion_mask.bool() & mb.has_sampler[:, None]  # [b, T]
-        delta = (old_logp.detach() - mb.sampler_logp).abs()[tokens]
+    def add(
+        self,
+        mb: _MicroBatch,
+        old_logp: torch.Tensor,
+        weights: torch.Tensor,
+        logp: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> None:
+        tokens = mb.completion_mask.bool() & rows[:, None]  # [b, T]
+        delta = (old_logp.detach() - logp).abs()[tokens]
         if delta.numel():
             self.diff_sum += float(delta.sum())
             self.diff_count += delta.numel()
             self.diff_max = max(self.diff_max, float(delta.max()))
         # token modes: one ratio per counted token; sequence modes: one per row
-        ratios = weights[tokens] if weights.shape[1] > 1 else weights[mb.has_sampler, 0]
+        ratios = weights[tokens] if weights.shape[1] > 1 else weights[rows, 0]
         if ratios.numel():
             self.ratio_sum += float(ratios.sum())
             self.ratio_count += ratios.numel()
             self.ratio_min = min(self.ratio_min, float(ratios.min()))
             self.ratio_max = max(self.ratio_max, float(ratios.max()))
+            if self.cap is not None:
+                raw = torch.exp(old_logp.detach() - logp)[tokens]
+                self.truncated += float((raw > self.cap).sum())
 
     def metrics(self) -> dict[str, float]:
         if not self.ratio_count:
             return {}
-        return {
-            "sampling/sampling_logp_difference/mean": self.diff_sum / max(self.diff_count, 1.0),
-            "sampling/sampling_logp_difference/max": self.diff_max,
-            "sampling/importance_sampling_ratio/min": self.ratio_min,
-            "sampling/importance_sampling_ratio/mean": self.ratio_sum / self.ratio_count,
-            "sampling/importance_sampling_ratio/max": self.ratio_max,
+        diff = "sampling_logp_difference" if self.prefix == "sampling/" else "logp_difference"
+        out = {
+            f"{self.prefix}{diff}/mean": self.diff_sum / max(self.diff_count, 1.0),
+            f"{self.prefix}{diff}/max": self.diff_max,
+            f"{self.prefix}importance_sampling_ratio/min": self.ratio_min,
+            f"{self.prefix}importance_sampling_ratio/mean": self.ratio_sum / self.ratio_count,
+            f"{self.prefix}importance_sampling_ratio/max": self.ratio_max,
         }
+        if self.cap is not None:
+            out[f"{self.prefix}importance_sampling_truncated"] = self.truncated / self.ratio_count
+        return out
 
 
 class GRPOLearner:
@@ -285,21 +332,49 @@ class GRPOLearner:
                 chunk_tokens=self.plan.chunk_tokens if self.plan is not None else None,
             )
 
-    def _importance_weights(self, mb: _MicroBatch, old_logp: torch.Tensor, stats: _SamplerStats) -> None:
+    def _importance_weights(
+        self, mb: _MicroBatch, old_logp: torch.Tensor, stats: _SamplerStats, external: _SamplerStats
+    ) -> None:
         cfg = self.config
-        if not cfg.vllm_importance_sampling_correction or mb.sampler_logp is None:
-            return
-        assert mb.has_sampler is not None
-        weights = importance_weights(
-            old_logp,
-            mb.sampler_logp,
-            mb.completion_mask,
-            cfg.vllm_importance_sampling_mode,
-            cfg.vllm_importance_sampling_clip_max,
-        )
-        # rows without sampler log-probs (external, transformers) keep weight 1
-        mb.is_weights = torch.where(mb.has_sampler[:, None], weights, torch.ones_like(weights))
-        stats.add(mb, old_logp, weights)
+        weights: torch.Tensor | None = None
+        if cfg.vllm_importance_sampling_correction and mb.sampler_logp is not None:
+            assert mb.has_sampler is not None
+            sampler = importance_weights(
+                old_logp,
+                mb.sampler_logp,
+                mb.completion_mask,
+                cfg.vllm_importance_sampling_mode,
+                cfg.vllm_importance_sampling_clip_max,
+            )
+            # rows without sampler log-probs (external, transformers) keep weight 1
+            weights = torch.where(mb.has_sampler[:, None], sampler, torch.ones_like(sampler))
+            stats.add(mb, old_logp, sampler, mb.sampler_logp, mb.has_sampler)
+        if cfg.external_importance_sampling_correction and mb.behaviour_logp is not None:
+            assert mb.has_behaviour is not None
+            behaviour = importance_weights(
+                old_logp,
+                mb.behaviour_logp,
+                mb.completion_mask,
+                "token_truncate",
+                cfg.external_importance_sampling_clip_max,
+            )
+            behaviour = torch.where(mb.has_behaviour[:, None], behaviour, torch.ones_like(behaviour))
+            external.add(mb, old_logp, behaviour, mb.behaviour_logp, mb.has_behaviour)
+            weights = behaviour if weights is None else weights * behaviour
+        if weights is not None:
+            mb.is_weights = weights
+
+    @torch.no_grad()
+    def score(self, samples: list[TrainSample]) -> list[list[float]]:
+        """Each sample's per-token log-probs of its completion under the current policy (no update)."""
+        out: list[list[float]] = []
+        size = self.config.micro_batch_size
+        for start in range(0, len(samples), size):
+            chunk = samples[start : start + size]
+            mb = collate(chunk, self.pad_token_id, self.device, mask_truncated=False)
+            logp, _ = self._logprobs(self.model, mb)
+            out += [logp[i, : len(s.completion_ids)].float().tolist() for i, s in enumerate(chunk)]
+        return out
 
     def step(self, samples: list[TrainSample]) -> dict[str, float]:
         """mu optimizer updates on ``samples``; returns TRL-named metrics of the step."""
@@ -314,23 +389,32 @@ class GRPOLearner:
 
         self.model.train()
         sampler_stats = _SamplerStats()
+        external_stats = _SamplerStats("sampling/external_", cfg.external_importance_sampling_clip_max)
         if cfg.num_iterations > 1 or self.ref_model is not None:
             with torch.no_grad():
                 for mb in batches:
                     if cfg.num_iterations > 1:
                         mb.old_logp, _ = self._logprobs(self.model, mb)
-                        self._importance_weights(mb, mb.old_logp, sampler_stats)
+                        self._importance_weights(mb, mb.old_logp, sampler_stats, external_stats)
                     if self.ref_model is not None:
                         mb.ref_logp, _ = self._logprobs(self.ref_model, mb)
 
-        totals = {"loss": 0.0, "low": 0.0, "high": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        totals = {
+            "loss": 0.0,
+            "low": 0.0,
+            "high": 0.0,
+            "kl": 0.0,
+            "entropy": 0.0,
+            "grad_norm": 0.0,
+            "clipped": 0.0,
+        }
         for iteration in range(cfg.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for mb in batches:
                 logp, entropy = self._logprobs(self.model, mb, with_entropy=iteration == 0)
                 old_logp = mb.old_logp if mb.old_logp is not None else logp.detach()
                 if cfg.num_iterations == 1:  # old_logp is this pass's, as in TRL's separate pass
-                    self._importance_weights(mb, old_logp, sampler_stats)
+                    self._importance_weights(mb, old_logp, sampler_stats, external_stats)
                 out = grpo_loss(
                     logp,
                     old_logp,
@@ -351,7 +435,8 @@ class GRPOLearner:
                 if entropy is not None:
                     totals["entropy"] += (entropy * mb.completion_mask).sum().item()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            totals["grad_norm"] += float(grad_norm)
+            totals["grad_norm"] += float(grad_norm)  # the norm before clipping
+            totals["clipped"] += float(float(grad_norm) > cfg.max_grad_norm)
             self.optimizer.step()
         # The gradients are not needed until the next step: their memory goes to generation.
         self.optimizer.zero_grad(set_to_none=True)
@@ -364,6 +449,7 @@ class GRPOLearner:
             "clip_ratio/high_mean": totals["high"] / (num_tokens * iters),
             "clip_ratio/region_mean": (totals["low"] + totals["high"]) / (num_tokens * iters),
             "grad_norm": totals["grad_norm"] / iters,
+            "grad_norm_clipped": totals["clipped"] / iters,
             "train_tokens": float(num_tokens),
             "micro_batches": float(len(batches)),
             "step_time": time.perf_counter() - start,
@@ -372,6 +458,7 @@ class GRPOLearner:
         if cfg.beta != 0.0:
             metrics["kl"] = totals["kl"] / (num_tokens * iters)
         metrics.update(sampler_stats.metrics())
+        metrics.update(external_stats.metrics())
         if self.device.type == "cuda":
             metrics["peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / GIB
         return metrics

@@ -5,6 +5,11 @@ Three implementations drive the same loop (worker/engine/agent.py):
 * :class:`LocalTransport` with a shared :class:`RolloutPool`: the in-process simulator.
 * :class:`LocalTransport` without a pool: an isolated agent (J = 0 controls).
 * the websocket transport of the volunteer client (worker/client/transport.py), against the coordinator.
+
+Over-generation (``AgentConfig.max_questions``, the ``8/0-dyn`` arm) also needs
+:meth:`LocalTransport.lease_extra`: questions beyond the round's B, from a stream of their own so
+that the round's first B questions stay those of every other arm (pairing). Only the local
+transport has it (isolated controls run on it); the agent refuses over-generation elsewhere.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from worker.shared.config import stable_seed
 from worker.shared.questions import Question, QuestionStream, TaskMix
 from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
@@ -44,6 +50,16 @@ class Transport(Protocol):
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None: ...
 
 
+@dataclass
+class Behaviour:
+    """What the generator of a rollout knew: its tokenizer, token ids and per-token log-probs."""
+
+    tokenizer: str  # the generator's tier; a receiver uses the ids only under the same tokenizer
+    prompt_ids: list[int]
+    completion_ids: list[list[int]]
+    logp: list[list[float]]
+
+
 class RolloutPool:
     """The shared pool of the in-process swarm: verified rollouts of every agent.
 
@@ -55,9 +71,17 @@ class RolloutPool:
     def __init__(self, window: int = 256) -> None:
         self.window = window
         self.rollouts: deque[Rollout] = deque(maxlen=window)
+        # In-process only (never serialised): the generator's token ids and per-token log-probs
+        # of a rollout, by rollout id, for the opt-in off-policy correction of external
+        # rollouts (GRPOConfig.external_importance_sampling_correction). Rollouts travel as text.
+        self.behaviour: dict[str, Behaviour] = {}
 
     def add(self, rollouts: list[Rollout]) -> None:
         self.rollouts.extend(rollouts)
+        if self.behaviour:
+            live = {r.rollout_id for r in self.rollouts}
+            for key in [k for k in self.behaviour if k not in live]:
+                del self.behaviour[key]
 
     def sample(self, agent_id: str, count: int, strategy: str, rng: random.Random) -> list[Rollout]:
         candidates = [r for r in self.rollouts if r.agent_id != agent_id]
@@ -96,6 +120,15 @@ class LocalTransport:
         stream = QuestionStream(self.mix, self.seed, position=round * count)
         return Lease(uuid.uuid4().hex, round, stream.take(count))
 
+    def lease_extra(self, agent_id: str, round: int, count: int, start: int) -> Lease:
+        """Questions ``start .. start + count - 1`` of this round's over-generation stream.
+
+        Its own stream per round (seeded by the agent's stream and the round), so extra questions
+        never shift the B questions of this or any later round: every arm's first B agree.
+        """
+        stream = QuestionStream(self.mix, stable_seed(self.seed, "over-generate", round), position=start)
+        return Lease(uuid.uuid4().hex, round, stream.take(count))
+
     def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
         for rollout in rollouts:
             rollout.rewards = rewards(self.mix, rollout.ref, rollout.completions, self.reward_config)
@@ -108,6 +141,14 @@ class LocalTransport:
             return []
         rng = random.Random(f"{self.seed}:{agent_id}:{round}:external")
         return self.pool.sample(agent_id, count, strategy, rng)
+
+    def publish_behaviour(self, rollout_id: str, behaviour: Behaviour) -> None:
+        """Keep a shared rollout's generator tokens and log-probs (in-process pool only)."""
+        if self.pool is not None:
+            self.pool.behaviour[rollout_id] = behaviour
+
+    def behaviour(self, rollout_id: str) -> Behaviour | None:
+        return self.pool.behaviour.get(rollout_id) if self.pool is not None else None
 
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
         self.reports.append(metrics)

@@ -57,14 +57,8 @@ class SimulationConfig:
 
 
 def agent_config_for(base: AgentConfig, arm: Arm) -> AgentConfig:
-    data = base.to_json()
-    data.update(
-        num_local=arm.num_local,
-        num_external=arm.num_external,
-        local_strategy=arm.local_strategy,
-        external_strategy=arm.external_strategy,
-    )
-    return AgentConfig(**data)
+    """``base`` with the arm's batch, strategies, replay source and over-generation."""
+    return AgentConfig(**{**base.to_json(), **arm.agent_overrides()})
 
 
 class Swarm:

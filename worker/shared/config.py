@@ -39,6 +39,12 @@ class GRPOConfig:
     vllm_importance_sampling_correction: bool = True
     vllm_importance_sampling_mode: str = "token_truncate"
     vllm_importance_sampling_clip_max: float = 3.0
+    # Off-policy external rollouts (issue #18, opt-in): an external sample that carries its
+    # generator's per-token log-probs (``TrainSample.behaviour_logp``; the in-process simulator
+    # only) is weighted per token by min(exp(old_logp - behaviour_logp), clip_max): truncated
+    # importance sampling from the generator's policy to this one (worker/engine/loss.py).
+    external_importance_sampling_correction: bool = False
+    external_importance_sampling_clip_max: float = 3.0
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)
@@ -58,6 +64,8 @@ class GRPOConfig:
             raise ValueError(f"vllm_importance_sampling_mode must be one of {', '.join(IS_MODES)}")
         if not self.vllm_importance_sampling_clip_max > 0:
             raise ValueError("vllm_importance_sampling_clip_max must be > 0")
+        if not self.external_importance_sampling_clip_max > 0:
+            raise ValueError("external_importance_sampling_clip_max must be > 0")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -71,6 +79,14 @@ class AgentConfig:
     num_external: int = 0  # J: others' rollouts trained on per round
     local_strategy: str = "uniform"
     external_strategy: str = "uniform"
+    # Where the J rollouts come from (worker/shared/arms.py): "pool" (other agents, through the
+    # transport) or "self" (this agent's own last self_window groups, this round's picks excluded)
+    replay: str = "pool"
+    self_window: int = 0
+    # Over-generation (DAPO's dynamic sampling): when > questions_per_round, generate more
+    # questions after the first B until I groups qualify for the local strategy or this many
+    # questions were generated; 0 = B questions only
+    max_questions: int = 0
     max_new_tokens: int = 32
     system_prompt: str = "default"
     format_weight: float = 0.0
@@ -84,7 +100,18 @@ class AgentConfig:
         check_strategy(self.external_strategy)
         if self.num_local < 0 or self.num_external < 0 or self.num_local + self.num_external == 0:
             raise ValueError("need I >= 0, J >= 0 and I + J > 0")
-        if self.num_local > self.questions_per_round:
+        if self.replay not in ("pool", "self"):
+            raise ValueError(f"replay must be 'pool' or 'self', got {self.replay!r}")
+        if self.replay == "self" and self.self_window < 1:
+            raise ValueError("self-replay needs self_window >= 1 (groups)")
+        if self.self_window < 0:
+            raise ValueError("self_window must be >= 0")
+        if self.max_questions and self.max_questions <= self.questions_per_round:
+            raise ValueError(
+                f"max_questions = {self.max_questions} must be 0 (off) or more than the "
+                f"{self.questions_per_round} questions per round"
+            )
+        if self.num_local > max(self.questions_per_round, self.max_questions):
             raise ValueError(
                 f"I = {self.num_local} exceeds the {self.questions_per_round} questions per round"
             )

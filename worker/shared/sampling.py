@@ -14,6 +14,10 @@ never topped up with non-qualifying ones (that would undo the filter). The short
 in :class:`BatchStats` (``local_shortfall``, ``external_shortfall``) and reported in the round's
 metrics, so an arm that trains on fewer samples than asked is visible, not silent. A round with
 nothing to train on skips the optimizer step (``trained = False`` in the metrics).
+
+Self-replay (the ``4/4-self`` arm, worker/shared/arms.py): the "external" side is the agent's
+own recent groups; ``exclude_chosen_local`` draws it only after the local picks and never
+returns one of them, so no group is trained on twice in a step.
 """
 
 from __future__ import annotations
@@ -98,9 +102,13 @@ def assemble_batch(
     local_strategy: str,
     external_strategy: str,
     rng: random.Random,
+    exclude_chosen_local: bool = False,
 ) -> tuple[list[Rollout], BatchStats]:
     """I local + J external rollouts for one training step (see the module docstring)."""
     chosen_local = sample_rollouts(local, num_local, local_strategy, rng)
+    if exclude_chosen_local:
+        picked = {r.rollout_id for r in chosen_local}
+        external = [r for r in external if r.rollout_id not in picked]
     chosen_external = sample_rollouts(external, num_external, external_strategy, rng)
     stats = BatchStats(
         local_requested=num_local,
