@@ -2,7 +2,7 @@
 
 swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
-swarm-worker study [--quick]        run the SAPO table study (issue #8), resumable
+swarm-worker study [--quick]        run the SAPO table study (issues #8, #18), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from worker import __version__
-from worker.research.study import DEFAULT_OUT, QUICK_OUT, StudyConfig, StudyError
+from worker.research.study import ARM_ORDER, DEFAULT_OUT, QUICK_OUT, REQUIRED_ARMS, StudyConfig, StudyError
 from worker.research.study_runner import DEFAULT_JOBS, run_study
 
 # Options whose default is a setting's own (a dataclass field or a constant): None on the command
@@ -98,21 +98,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     _fill_defaults(args, SIMULATE_DEFAULTS)
     spec = tier(args.tier)
+    self_window = max(1, args.pool_window // args.agents)  # the pool's age, per agent
     if args.preset == "sapo-table":
-        arms = sapo_table_arms(args.questions)
+        arms = sapo_table_arms(args.questions, self_window=self_window)
     else:
         strategy_local = args.local_strategy
         strategy_external = args.external_strategy
         arms = [
             Arm(f"{args.local}/{args.external}", args.local, args.external, strategy_local, strategy_external)
         ]
-        if args.controls:
-            arms += controls_for(arms[0])
+        if args.controls or args.control_kinds:
+            kinds = (args.control_kinds or "isolated,filtered").split(",")
+            try:
+                arms += controls_for(arms[0], kinds, self_window=self_window)
+            except ValueError as error:
+                print(f"swarm-worker simulate: {error}", file=sys.stderr)
+                return 2
     grpo = GRPOConfig(
         learning_rate=args.lr if args.lr is not None else spec.learning_rate,
         num_iterations=args.num_iterations,
         temperature=args.temperature,
         beta=args.beta,
+        external_importance_sampling_correction=args.external_is,
     )
     agent = AgentConfig(
         questions_per_round=args.questions,
@@ -133,6 +140,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         agent=agent,
         checkpoint_every=args.checkpoint_every,
         backend=args.backend,
+        pool_window=args.pool_window,
     )
     try:
         results = simulate(
@@ -250,12 +258,15 @@ def cmd_study(args: argparse.Namespace) -> int:
         values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
         if args.arms:
             values["arms"] = args.arms.split(",")
+        if args.other_seeds is not None:
+            values["other_seeds"] = args.other_seeds or None
         if args.lr is None and args.tier and args.tier != base.tier:
             values["learning_rate"] = None  # the chosen tier's default, not tiny-1m's
         config = StudyConfig(**values)
         print(
-            f"study: {len(config.arms)} arms x {len(config.seeds)} seeds x {config.agents} agents x "
-            f"{config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
+            f"study: {len(config.arms)} arms ({', '.join(config.arms)}), {len(config.seeds)} seeds "
+            f"(arms outside {', '.join(REQUIRED_ARMS)}: {len(config.seeds_of('6/2'))}), {config.agents} "
+            f"agents x {config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
             f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
             flush=True,
         )
@@ -319,6 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", type=Path, default=Path("results.json"))
     sim.add_argument(
         "--controls", action="store_true", help="also run the isolated and filtered-isolated arms"
+    )
+    sim.add_argument(
+        "--control-kinds",
+        default=None,
+        help="comma-separated isolated controls to run beside the arm: isolated, filtered, self "
+        "(I/J-self: J from the agent's own last pool-window/agents groups), dyn (over-generation "
+        "to I + J informative groups, at most 2 (I + J) questions); implies --controls",
+    )
+    sim.add_argument("--pool-window", type=int, default=256, help="rollouts the pool samples from")
+    sim.add_argument(
+        "--external-is",
+        action="store_true",
+        help="truncated importance-sampling correction of external rollouts (their generator's "
+        "log-probs, cap 3); costs one scoring pass per agent and round",
     )
     sim.add_argument(
         "--preset", choices=["sapo-table"], help="run the paper's arms plus the missing controls"
@@ -407,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
         return f"default {getattr(full, name)}; --quick {getattr(quick, name)}"
 
     study = sub.add_parser(
-        "study", help="run the SAPO table study (6 arms x seeds); resumable, results after every cell"
+        "study", help="run the SAPO table study (arms x seeds); resumable, results after every cell"
     )
     study.add_argument(
         "--quick",
@@ -441,7 +466,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"GRPO passes per round (default {full.num_iterations})",
     )
-    study.add_argument("--arms", default=None, help="comma-separated subset of the six arms (default all)")
+    study.add_argument(
+        "--arms",
+        default=None,
+        help=f"comma-separated arms, of {', '.join(ARM_ORDER)} (default {','.join(full.arms)})",
+    )
+    study.add_argument(
+        "--other-seeds",
+        type=int,
+        default=None,
+        help=f"seeds of the arms outside {', '.join(REQUIRED_ARMS)} (the first N; default "
+        f"{full.other_seeds}; 0: all)",
+    )
     study.add_argument(
         "--jobs",
         type=int,

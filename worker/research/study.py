@@ -1,27 +1,42 @@
-"""The SAPO table at CPU scale (issue #8): the study's design, settings and results file.
+"""The SAPO table at CPU scale (issues #8 and #18): the study's design, settings and results file.
 
-Does sharing rollouts beat training alone once the lone agent may also drop zero-advantage
-samples? The study runs the SAPO paper's arms (8/0, 6/2, 4/4, 2/6; I local / J external
-rollouts trained on per round, zero-advantage groups dropped as in the paper's SAPO arms) and
-the two controls the paper lacked (8/0-filtered: isolated with the same filter; 4/4-unfiltered:
-sharing without it), each with N agents and 8 questions per agent per round, in the
-in-process simulator (worker/research/simulate.py).
+Does sharing rollouts beat training alone, or is 4/4's gain batch curation and reuse of
+slightly older data? The study runs the SAPO paper's arms (8/0, 6/2, 4/4, 2/6; I local / J
+external rollouts trained on per round, zero-advantage groups dropped as in the paper's SAPO
+arms), 4/4-unfiltered, the sanity arm 8/0-filtered (it cannot differ much from 8/0: with B = I
+it can only delete groups that gave no gradient), and the two controls of issue #18
+(worker/shared/arms.py): **4/4-self** (4 own + 4 from the agent's *own* recent window: same
+batch, same staleness, no other agent) and **8/0-dyn** (over-generation until 8 informative
+groups, at most 16 questions: same batch, more generation). N agents, 8 questions per agent per
+round, in the in-process simulator (worker/research/simulate.py).
+
+**Pre-registered** (fixed here before the study's data): the primary comparison
+4/4 - 4/4-self (sharing against self-replay at the same curation and staleness) and two
+secondary ones, 4/4 - 8/0-dyn (sharing against curation by over-generation) and
+4/4-self - 8/0 (curation plus reuse against the paper's baseline). Holm's adjustment runs over
+this family of three only (:data:`FAMILY`); every other comparison of the report is
+exploratory and shown unadjusted.
 
 A **cell** is one (arm, seed). The seed fixes every agent's question stream and generation
-seeds, and is the same across arms, so the arms of one seed see the same questions and
-differences between arms pair by seed.
+seeds, and is the same across arms, so the arms of one seed see the same questions in round 1
+and differences between arms pair by seed. The :data:`REQUIRED_ARMS` run on every seed; the
+others on the first ``other_seeds`` seeds (all when None).
 
 Results (``docs/experiments/sapo-table-cpu.json`` by default)::
 
     {"config": {settings, "seeds": [...], "rounds": R, "elapsed_seconds": ..., "versions": ...},
      "arms":   {"8/0": [cumulative reward of seed s for s in config.seeds], ...},
-     "curves": {"8/0": {"<seed>": [per-round mean reward over the agents, R values]}, ...}}
+     "curves": {"8/0": {"<seed>": [per-round mean reward over the agents, R values]}, ...},
+     "mechanism": {"8/0": {"<seed>": {metric: [per-round mean over the agents, R values]}}, ...}}
 
 ``arms[a][i]`` belongs to ``config["seeds"][i]`` and is null while that cell has not run.
+``mechanism`` holds the per-round curves of :data:`MECHANISM_METRICS` (absent in files of the
+old design, issue #8).
 
 **Cumulative reward** of a cell = sum over rounds r of the per-round mean reward
 m_r = (1/N) sum_n reward_{n,r}, where reward_{n,r} is agent n's mean verified reward over its
-own B x G completions of round r. This is the paper's measure (its 561.79 for 8/0 over 2000
+own first B x G completions of round r (8/0-dyn's extra questions excluded, so every arm is
+measured on the same questions). This is the paper's measure (its 561.79 for 8/0 over 2000
 rounds is 0.28 per round: a mean over agents, not a sum).
 
 ``swarm-worker study`` runs it (worker/research/study_runner.py); ``swarm-worker study-report``
@@ -42,12 +57,37 @@ from worker.shared.arms import Arm, sapo_table_arms
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
 QUESTIONS_PER_ROUND = 8  # the issue's (and paper's) B; the arms are named for I + J = 8
 ARM_NAMES = [arm.name for arm in sapo_table_arms(QUESTIONS_PER_ROUND)]
-ARM_ORDER = ["8/0", "6/2", "4/4", "2/6", "8/0-filtered", "4/4-unfiltered"]
+ARM_ORDER = ["8/0", "6/2", "4/4", "2/6", "8/0-filtered", "4/4-unfiltered", "4/4-self", "8/0-dyn"]
+# At full strength (every seed); the others run on the first StudyConfig.other_seeds seeds.
+REQUIRED_ARMS = ["8/0", "4/4", "4/4-self", "8/0-dyn"]
+# What `swarm-worker study` runs by default: the required arms and the paper's 6/2 and 2/6 (the
+# budget, docs/experiments/README.md); 8/0-filtered and 4/4-unfiltered with --arms.
+DEFAULT_ARMS = ["8/0", "6/2", "4/4", "2/6", "4/4-self", "8/0-dyn"]
 BASELINE = "8/0"
-PRIMARY = ("4/4", "8/0-filtered")  # the question of the issue, fixed before the data
-# Paired comparisons of the report, (a, b) meaning a - b; the family of the Holm adjustment.
-COMPARISONS = [
-    PRIMARY,
+# Pre-registered before the data (issue #18): (a, b) means a - b.
+PRIMARY = ("4/4", "4/4-self")  # sharing vs self-replay: same curation, batch and staleness
+SECONDARY = [
+    ("4/4", "8/0-dyn"),  # sharing vs curation by over-generation (same batch, more generation)
+    ("4/4-self", "8/0"),  # curation + reuse vs the paper's baseline
+]
+FAMILY = [PRIMARY, *SECONDARY]  # Holm's adjustment runs over these only
+# Exploratory (unadjusted p): the paper's table and the controls of issue #8.
+EXPLORATORY = [
+    ("4/4", "8/0"),
+    ("6/2", "8/0"),
+    ("2/6", "8/0"),
+    ("8/0-dyn", "8/0"),
+    ("4/4", "8/0-filtered"),
+    ("8/0-filtered", "8/0"),
+    ("4/4", "4/4-unfiltered"),
+    ("4/4-unfiltered", "8/0"),
+]
+COMPARISONS = FAMILY + EXPLORATORY
+# The old design's (issue #8) primary and comparisons (its Holm family: all of them), to read
+# its results file as its report did.
+OLD_PRIMARY = ("4/4", "8/0-filtered")
+OLD_COMPARISONS = [
+    OLD_PRIMARY,
     ("4/4", "4/4-unfiltered"),
     ("6/2", "8/0-filtered"),
     ("2/6", "8/0-filtered"),
@@ -57,20 +97,40 @@ COMPARISONS = [
     ("8/0-filtered", "8/0"),
     ("4/4-unfiltered", "8/0"),
 ]
+# Per-round means over the agents kept for each cell: what shows the mechanism (agent metrics,
+# worker/engine/agent.py and trainer.py).
+MECHANISM_METRICS = [
+    "batch/informative_groups",
+    "batch/local_used",
+    "batch/external_used",
+    "batch/external_from_others",
+    "batch/external_age",
+    "advantages/local_abs_mean",
+    "advantages/external_abs_mean",
+    "batch/local_reward_std",
+    "batch/external_reward_std",
+    "frac_reward_zero_std",
+    "grad_norm",
+    "grad_norm_clipped",
+    "generation/questions",
+    "completions/mean_length",
+]
 DEFAULT_OUT = Path("docs/experiments/sapo-table-cpu.json")
 QUICK_OUT = Path(tempfile.gettempdir()) / "swarm-study-quick" / "sapo-table-cpu.json"
 CUMULATIVE_DEFINITION = (
     "sum over rounds of the per-round mean reward over the agents (each agent's reward: mean verified "
-    "reward of its own B x G completions of the round); the SAPO paper's measure"
+    "reward of its own first B x G completions of the round); the SAPO paper's measure"
 )
 CURVE_DEFINITION = "per-round mean reward over the agents of one cell (arm, seed), rounds 1..R"
 
-# Chosen from a measurement on the 2-core development machine (docs/experiments/README.md):
-# 6 arms x 6 seeds x 8 agents x 25 rounds = 7,200 agent-rounds at about 1.5 CPU-s each,
-# in 2 processes: about 1.5-2 hours. 6 seeds, not 5: with n seeds the exact sign-flip test
-# cannot go below p = 2 / 2^n, and 2 / 32 = 0.0625 could never reject at 5%.
-DEFAULT_ROUNDS = 25
-DEFAULT_SEEDS = 6
+# Chosen from a measurement on the 2-core development machine (docs/experiments/README.md,
+# "Budget"): the four required arms on 10 seeds and the four others on 6, 8 agents, 45 rounds.
+# 10 seeds: the exact sign-flip test's smallest p is 2/2^n, and Holm over the family of 3
+# multiplies the smallest p by 3, so n >= 7 is needed before anything can be significant; 10
+# leaves room for a seed or two of the wrong sign (p = 22/1024 with one of 10 against).
+DEFAULT_ROUNDS = 45
+DEFAULT_SEEDS = 10
+DEFAULT_OTHER_SEEDS = 6
 
 
 class StudyError(RuntimeError):
@@ -93,21 +153,42 @@ class StudyConfig:
     temperature: float = 1.0
     beta: float = 0.0
     pool_window: int = 256
-    arms: list[str] = field(default_factory=lambda: list(ARM_ORDER))
+    arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
     quick: bool = False
     questions_per_round: int = QUESTIONS_PER_ROUND
+    # seeds of the arms outside REQUIRED_ARMS: the first other_seeds of ``seeds`` (None: all)
+    other_seeds: int | None = DEFAULT_OTHER_SEEDS
+    # 4/4-self's window in groups: the pool's window over the agents (same age of rollouts)
+    self_window: int | None = None
+    max_questions: int = 2 * QUESTIONS_PER_ROUND  # 8/0-dyn's cap
 
     @classmethod
     def quick_config(cls) -> StudyConfig:
         """A smoke test: 2 agents, 2 rounds, 2 seeds, G = 2, 4 tokens (about 10-20 s)."""
-        return cls(agents=2, rounds=2, seeds=[0, 1], group_size=2, max_new_tokens=4, quick=True)
+        return cls(
+            agents=2,
+            rounds=2,
+            seeds=[0, 1],
+            group_size=2,
+            max_new_tokens=4,
+            quick=True,
+            other_seeds=None,
+            arms=list(ARM_ORDER),
+        )
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.arms if name not in ARM_NAMES]
         if unknown:
             raise StudyError(f"unknown arms {unknown}; arms: {', '.join(ARM_NAMES)}")
         if self.questions_per_round != QUESTIONS_PER_ROUND:
+            # 8/0-dyn generates up to max_questions; the arms' names and batches are for B = 8
             raise StudyError("the study's arms are defined for 8 questions per agent per round")
+        if self.self_window is None:
+            self.self_window = max(1, self.pool_window // self.agents)
+        if self.max_questions <= self.questions_per_round:
+            raise StudyError(f"max_questions must exceed {self.questions_per_round} (8/0-dyn over-generates)")
+        if self.other_seeds is not None and self.other_seeds < 1:
+            raise StudyError("other_seeds must be >= 1 (or None: every seed)")
         if self.learning_rate is None:
             from worker.shared.tiers import tier
 
@@ -121,12 +202,24 @@ class StudyConfig:
         del data["seeds"], data["arms"]
         return data
 
+    def seeds_of(self, arm: str) -> list[int]:
+        """The seeds ``arm`` runs on: all for the required arms, the first other_seeds otherwise."""
+        if arm in REQUIRED_ARMS or self.other_seeds is None:
+            return list(self.seeds)
+        return list(self.seeds[: self.other_seeds])
+
     def agent_rounds(self) -> int:
-        return len(self.arms) * len(self.seeds) * self.agents * self.rounds
+        return sum(len(self.seeds_of(a)) for a in self.arms) * self.agents * self.rounds
 
 
-def arm_by_name() -> dict[str, Arm]:
-    return {arm.name: arm for arm in sapo_table_arms(QUESTIONS_PER_ROUND)}
+def arm_by_name(self_window: int | None = None, max_questions: int | None = None) -> dict[str, Arm]:
+    """The study's arms by name (4/4-self's window and 8/0-dyn's cap as the study sets them)."""
+    from worker.shared.arms import DEFAULT_SELF_WINDOW, over_generation_arm
+
+    arms = {arm.name: arm for arm in sapo_table_arms(QUESTIONS_PER_ROUND, self_window or DEFAULT_SELF_WINDOW)}
+    if max_questions is not None:
+        arms["8/0-dyn"] = over_generation_arm(QUESTIONS_PER_ROUND, max_questions)
+    return arms
 
 
 def campaign_overrides(arm_name: str) -> dict[str, Any]:
@@ -138,6 +231,10 @@ def campaign_overrides(arm_name: str) -> dict[str, Any]:
     one campaign each (controls off, since the 4/4 campaign already ran them).
     """
     arm = arm_by_name()[arm_name]
+    if arm.kind in ("self", "dyn"):
+        # The platform's self-replay and over-generation controls arrive with issue #18's
+        # platform part (campaign form, Celery controls); until then no campaign runs them.
+        raise StudyError(f"{arm_name}: no campaign control runs this arm yet (issue #18, platform part)")
     if not arm.shares:
         return {"num_local": 4, "num_external": 4, "controls": {"isolated": True, "filtered": True}}
     overrides: dict[str, Any] = {

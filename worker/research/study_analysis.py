@@ -1,8 +1,13 @@
 """The SAPO table study's statistics: per-arm means and paired comparisons from its results.
 
 Intervals are percentile bootstrap intervals over seeds; comparisons pair arms by seed and
-test them with the exact sign-flip test, Holm-adjusted over :data:`~worker.research.study.COMPARISONS`
-(worker/shared/stats.py).
+test them with the exact sign-flip test (worker/shared/stats.py). Holm's adjustment runs over
+the pre-registered family (:data:`~worker.research.study.FAMILY`) only; the exploratory
+comparisons keep their unadjusted p (``holm_p`` is NaN for them).
+
+A results file of the old design (issue #8: no 4/4-self, no ``preregistered`` in its config)
+is still read: its primary was 4/4 - 8/0-filtered and its Holm family every comparison it
+holds, as its report said; ``Analysis.old_design`` tells the report to say so.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.research.study import COMPARISONS, seed_key
+from worker.research.study import COMPARISONS, FAMILY, OLD_COMPARISONS, OLD_PRIMARY, PRIMARY, seed_key
 from worker.shared import stats
 
 
@@ -41,6 +46,7 @@ class Comparison:
     exact: bool
     min_p_value: float
     holm_p: float = math.nan
+    preregistered: bool = False  # in the Holm family
 
     @property
     def sd(self) -> float:
@@ -67,6 +73,18 @@ class Analysis:
     arms: dict[str, ArmSummary]
     comparisons: list[Comparison]
     resamples: int
+    old_design: bool = False  # a results file of issue #8's design
+    primary: tuple[str, str] = PRIMARY
+    family_size: int = 0  # comparisons in the Holm family (those the file can make)
+
+    @property
+    def family(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.preregistered]
+
+
+def is_old_design(results: dict[str, Any]) -> bool:
+    """True for a results file written before issue #18 (no pre-registered family in its config)."""
+    return "preregistered" not in results["config"]
 
 
 def _seed_values(results: dict[str, Any], name: str) -> dict[int, float]:
@@ -94,8 +112,11 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
             sum(sum(c[:tenth]) / tenth for c in curves) / len(curves),
             sum(sum(c[-tenth:]) / tenth for c in curves) / len(curves),
         )
+    old = is_old_design(results)
+    pairs = OLD_COMPARISONS if old else COMPARISONS
+    family = set(OLD_COMPARISONS if old else FAMILY)
     comparisons: list[Comparison] = []
-    for a, b in COMPARISONS:
+    for a, b in pairs:
         if a not in arms or b not in arms:
             continue
         va, vb = _seed_values(results, a), _seed_values(results, b)
@@ -119,8 +140,18 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
                 test.p_value,
                 test.exact,
                 test.min_p_value,
+                preregistered=(a, b) in family,
             )
         )
-    for comparison, adjusted in zip(comparisons, stats.holm([c.p_value for c in comparisons]), strict=True):
+    members = [c for c in comparisons if c.preregistered]
+    for comparison, adjusted in zip(members, stats.holm([c.p_value for c in members]), strict=True):
         comparison.holm_p = adjusted
-    return Analysis(config, arms, comparisons, resamples)
+    return Analysis(
+        config,
+        arms,
+        comparisons,
+        resamples,
+        old_design=old,
+        primary=OLD_PRIMARY if old else PRIMARY,
+        family_size=len(members),
+    )

@@ -11,7 +11,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import ARM_ORDER, BASELINE, PAPER_CUMULATIVE, PRIMARY, seed_key
+from worker.research.study import (
+    ARM_ORDER,
+    BASELINE,
+    MECHANISM_METRICS,
+    OLD_PRIMARY,
+    PAPER_CUMULATIVE,
+    PRIMARY,
+    SECONDARY,
+    seed_key,
+)
 from worker.research.study_analysis import Analysis, Comparison, analyse
 from worker.shared import stats
 
@@ -53,6 +62,8 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
         "2/6": "#9467bd",
         "8/0-filtered": "#2ca02c",
         "4/4-unfiltered": "#ff7f0e",
+        "4/4-self": "#8c564b",
+        "8/0-dyn": "#17becf",
     }
     config = results["config"]
     paths: list[Path] = []
@@ -66,9 +77,11 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     # 1. Per-round mean reward, mean over seeds, band = pointwise 95% bootstrap interval.
     panels = [
         ("the paper's arms", ["8/0", "6/2", "4/4", "2/6"]),
-        ("the controls", ["8/0", "8/0-filtered", "4/4", "4/4-unfiltered"]),
+        ("filter controls (issue #8)", ["8/0", "8/0-filtered", "4/4", "4/4-unfiltered"]),
     ]
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    if "4/4-self" in analysis.arms or "8/0-dyn" in analysis.arms:
+        panels.append(("curation and reuse controls (issue #18)", ["8/0", "4/4", "4/4-self", "8/0-dyn"]))
+    figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
     for axis, (title, names) in zip(axes, panels, strict=True):
         for name in names:
             if name not in analysis.arms:
@@ -150,8 +163,109 @@ def _late_slope(results: dict[str, Any], analysis: Analysis) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, mean, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
+def _seed_advice(c: Comparison, family_size: int, alpha: float = 0.05) -> str:
+    """How many seeds the exact sign-flip test needs, from its minimum p and a simulated power
+    (never a normal approximation, which ignores that p >= 2 / 2^n)."""
+    n = len(c.seeds)
+    m = max(family_size, 1) if c.preregistered else 1
+    level = alpha / m  # Holm's level for the family's smallest p
+    least = stats.sign_flip_min_seeds(alpha, m)
+    head = (
+        f"- **More seeds.** With n seeds the exact sign-flip test cannot go below p = 2/2^n "
+        f"({_p(c.min_p_value)} at n = {n})"
+        + (f", and Holm over the family of {m} multiplies the smallest p by {m}" if m > 1 else "")
+        + f": no {c.a} - {c.b} result can be significant at {alpha:g} with fewer than {least} seeds."
+    )
+    sd = c.sd
+    if n < 2 or math.isnan(sd):
+        return head + f" With {n} seed pair(s) the spread cannot be estimated."
+    if sd == 0 or c.mean == 0:
+        return head + f" The {n} differences are all {c.mean:+.2f} (no spread to plan with)."
+    needed = stats.seeds_for_power(abs(c.mean), sd, level)
+    mde = stats.minimum_detectable_effect(sd, n, level)
+    mde_text = (
+        f"at n = {n} the smallest difference it detects with 80% power is about {mde:.2f}"
+        if mde is not None
+        else f"at n = {n} no difference can be detected"
+    )
+    needed_text = (
+        f"about {needed} seeds would detect the observed {c.mean:+.2f} with 80% power"
+        if needed is not None
+        else f"even 40 seeds would not detect the observed {c.mean:+.2f} with 80% power"
+    )
+    return (
+        f"{head} The differences have a standard deviation of {sd:.2f} over {n} seeds; if they "
+        f"were normal with that spread, {needed_text}, and {mde_text} (level {level:.3g}; power "
+        "simulated with the exact test itself, 400 draws, seeded)."
+    )
+
+
+MECHANISM_LABELS = {
+    "batch/informative_groups": "informative groups trained on",
+    "batch/local_used": "own groups (I side)",
+    "batch/external_used": "J-side groups",
+    "batch/external_from_others": "J-side groups from other agents",
+    "batch/external_age": "age of J-side groups (rounds)",
+    "advantages/local_abs_mean": "mean abs advantage, own",
+    "advantages/external_abs_mean": "mean abs advantage, J side",
+    "batch/local_reward_std": "within-group reward std, own",
+    "batch/external_reward_std": "within-group reward std, J side",
+    "frac_reward_zero_std": "share of own first-B groups with zero advantage",
+    "grad_norm": "gradient norm before clipping",
+    "grad_norm_clipped": "share of steps clipped",
+    "generation/questions": "questions generated",
+    "completions/mean_length": "completion length (tokens)",
+}
+
+
+def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) -> list[str]:
+    """A table per metric of :data:`MECHANISM_METRICS`: per arm, the mean over seeds of the cell's
+    mean over rounds and agents, with a bootstrap interval over seeds (n = seeds)."""
+    mechanism = results.get("mechanism") or {}
+    names = [n for n in ARM_ORDER if n in analysis.arms and mechanism.get(n)]
+    if not names:
+        return []
+    lines = [
+        "| metric | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for key in MECHANISM_METRICS:
+        cells = []
+        for name in names:
+            values = []
+            for curves in mechanism[name].values():
+                series = [v for v in curves.get(key, []) if v is not None]
+                if series:
+                    values.append(sum(series) / len(series))
+            if not values:
+                cells.append("-")
+                continue
+            interval = stats.bootstrap_interval(values, resamples)
+            cells.append(f"{sum(values) / len(values):.2f} {_interval(interval)} (n={len(values)})")
+        lines.append(f"| {MECHANISM_LABELS.get(key, key)} (`{key}`) | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _significant(c: Comparison | None, alpha: float = 0.05) -> str | None:
+    """``higher``/``lower`` when the family-adjusted (or, outside it, the plain) p <= alpha and
+    the interval excludes zero; else None."""
+    if c is None or c.interval is None or len(c.seeds) < 2:
+        return None
+    p = c.holm_p if c.preregistered else c.p_value
+    if p > alpha:
+        return None
+    if c.interval[0] > 0:
+        return "higher"
+    if c.interval[1] < 0:
+        return "lower"
+    return None
+
+
 def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
-    """The plain answer, generated from the numbers, and what would change it."""
+    """The plain answer, generated from the numbers: which mechanism the data support (sharing,
+    curation, reuse, or cannot tell), with the minimum detectable effect at this n."""
+    if analysis.old_design:
+        return _old_answer(results, analysis)
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
     config = results["config"]
     lines: list[str] = []
@@ -165,7 +279,138 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
             "cells); the answer covers the seeds run so far.**\n"
         )
+    question = (
+        "**Is 4/4's gain sharing, or curation (training on informative groups) and reuse of "
+        "slightly older rollouts?**"
+    )
+    scale = (
+        f"{config['tier']}, {config['agents']} agents, {config['rounds']} rounds, G = {config['group_size']}"
+    )
     primary = by_pair.get(PRIMARY)
+    if primary is None:
+        lines.append(f"{question} Not answerable from this file: 4/4 and 4/4-self have no common seed.")
+        return lines
+    s1, s2 = (by_pair.get(pair) for pair in SECONDARY)
+    dyn = by_pair.get(("8/0-dyn", "8/0"))
+    sharing, self_gain = _significant(primary), _significant(s2)
+    if sharing == "higher":
+        verdict = (
+            f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
+            "trains on the same number of informative groups of the same age, but its own. "
+            f"{_describe(primary)}; Holm p = {_p(primary.holm_p)} over the pre-registered family."
+        )
+    elif sharing == "lower":
+        verdict = (
+            f"**Not sharing**, at this scale ({scale}): the self-replay control 4/4-self beat 4/4, so "
+            f"other agents' rollouts did worse than the agent's own. {_describe(primary)}; Holm p = "
+            f"{_p(primary.holm_p)}."
+        )
+    elif self_gain == "higher":
+        mechanism = (
+            "curation: over-generating to 8 informative fresh groups (8/0-dyn) also beat 8/0"
+            if _significant(dyn) == "higher"
+            else "curation and reuse together: 8/0-dyn (curation of fresh groups only) was not "
+            "shown to beat 8/0, so reuse may be part of it"
+        )
+        verdict = (
+            f"**Curation/reuse, not shown to be sharing**, at this scale ({scale}): 4/4 and 4/4-self "
+            f"were not distinguishable (Holm p = {_p(primary.holm_p)}), while 4/4-self beat 8/0 "
+            f"(Holm p = {_p(s2.holm_p) if s2 else 'n/a'}). The data point to {mechanism}. "
+            f"{_describe(primary)}."
+        )
+    else:
+        verdict = (
+            f"**Cannot tell**, at this scale ({scale}): 4/4 vs 4/4-self is not significant after Holm "
+            f"(p = {_p(primary.holm_p)}), and neither is 4/4-self vs 8/0 "
+            f"(Holm p = {_p(s2.holm_p) if s2 else 'n/a'}). {_describe(primary)}."
+        )
+    lines.append(f"{question} {verdict}")
+    n = len(primary.seeds)
+    mde = (
+        stats.minimum_detectable_effect(primary.sd, n, 0.05 / max(analysis.family_size, 1))
+        if n >= 2 and primary.sd == primary.sd
+        else None
+    )
+    if mde is not None:
+        lines.append(
+            f"\nAt n = {n} seeds, with the observed spread of 4/4 - 4/4-self (sd {primary.sd:.2f}), the "
+            f"exact test at Holm's level {0.05 / analysis.family_size:.3g} detects a true difference of "
+            f"about {mde:.2f} in cumulative reward with 80% power: smaller effects of sharing are not "
+            "ruled out."
+        )
+
+    def line(c: Comparison | None, what: str) -> None:
+        if c is None:
+            return
+        v = c.verdict()
+        word = {
+            "higher": "higher",
+            "lower": "lower",
+            "suggestive-higher": "possibly higher (interval above zero, permutation test not significant)",
+            "suggestive-lower": "possibly lower (interval below zero, permutation test not significant)",
+            "inconclusive": "not distinguishable (interval contains zero)",
+        }[v]
+        holm = f"; Holm p = {_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
+        lines.append(f"- {what}: {c.a} vs {c.b} {word}; {_describe(c)}{holm}.")
+
+    lines.append("")
+    line(primary, "Primary, sharing vs self-replay")
+    line(s1, "Secondary, sharing vs over-generation")
+    line(s2, "Secondary, curation and reuse vs the paper's baseline")
+    line(dyn, "Curation of fresh groups alone")
+    line(by_pair.get(("4/4", "8/0")), "The paper's comparison (paper: +94.6%)")
+    line(by_pair.get(("8/0-filtered", "8/0")), "Sanity: the filter alone at B = I (cannot differ much)")
+    cells = config.get("cells", {})
+    questions = [
+        c["questions_generated"]
+        for k, c in cells.items()
+        if k.startswith("8/0-dyn|") and "questions_generated" in c
+    ]
+    if questions:
+        low, high = stats.bootstrap_interval(questions) or (math.nan, math.nan)
+        lines.append(
+            f"- Generation cost: 8/0-dyn generated {sum(questions) / len(questions):.1f} questions per "
+            f"agent and round [{low:.1f}, {high:.1f}] ({len(questions)} seeds) against 8 for every "
+            "other arm."
+        )
+    lines += ["", "### What would change this answer", "", _seed_advice(primary, analysis.family_size)]
+    slope = _late_slope(results, analysis)
+    if slope is not None:
+        trend = (
+            "still rising"
+            if slope > 0.001
+            else "falling"
+            if slope < -0.001
+            else "about flat (within 0.001 per round)"
+        )
+        lines.append(
+            f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
+            f"(all arms) was {trend}: {slope:+.4f} per round."
+        )
+    lines.append(
+        f"- **A bigger tier and other tasks.** {config['tier']} on the `{config['tasks']}` tasks is a "
+        "~1M-parameter model on easy arithmetic and spelling; the paper's effect was measured on "
+        "Qwen2.5-0.5B with nine reasoning-gym tasks and 256-token completions."
+    )
+    return lines
+
+
+def _old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
+    """The answer of the old design (issue #8), as its report gave it, with the exact test's seed advice."""
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    config = results["config"]
+    lines: list[str] = []
+    if config.get("quick"):
+        lines.append(
+            "**This is a quick smoke-test run: its settings are far too small to answer anything; "
+            "the text below only shows how the answer is generated.**\n"
+        )
+    if not config.get("complete"):
+        lines.append(
+            f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
+            "cells); the answer covers the seeds run so far.**\n"
+        )
+    primary = by_pair.get(OLD_PRIMARY)
     question = (
         "**Does sharing rollouts beat training alone once the lone agent may also drop "
         "zero-advantage samples?**"
@@ -240,18 +485,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
         )
 
     lines += ["", "### What would change this answer", ""]
-    sd = primary.sd
-    if n >= 2 and sd == sd and sd > 0 and primary.mean != 0:
-        needed = math.ceil((2.8 * sd / abs(primary.mean)) ** 2)
-        lines.append(
-            f"- **More seeds.** The 4/4 - 8/0-filtered differences have a standard deviation of "
-            f"{sd:.2f} over {n} seeds. If the true difference were the observed {primary.mean:+.2f}, "
-            f"about {needed} seeds would detect it with 80% power at the 5% level (normal "
-            f"approximation n = (2.8 sd / difference)^2); with {n} seeds the exact sign-flip test "
-            f"cannot go below p = {_p(primary.min_p_value)}."
-        )
-    else:
-        lines.append(f"- **More seeds.** With {n} seed pair(s) the spread cannot be estimated.")
+    lines.append(_seed_advice(primary, analysis.family_size))
     slope = _late_slope(results, analysis)
     if slope is not None:
         trend = (
@@ -307,10 +541,25 @@ def write_report(
         f"# The SAPO table at CPU scale ({config['tier']})",
         "",
         f"Generated by `swarm-worker study-report {results_path}` from the study's results; "
-        "regenerate it rather than editing it. Issue #8: does sharing rollouts beat training alone "
-        "once the lone agent may also drop zero-advantage samples?",
+        "regenerate it rather than editing it. "
+        + (
+            "Issue #8: does sharing rollouts beat training alone once the lone agent may also drop "
+            "zero-advantage samples?"
+            if analysis.old_design
+            else "Issue #18: is 4/4's gain sharing, or curation and reuse? Controls: 4/4-self "
+            "(self-replay) and 8/0-dyn (over-generation); the comparisons were pre-registered in "
+            "worker/research/study.py before the data."
+        ),
         "",
     ]
+    if analysis.old_design:
+        lines += [
+            "> **Old design (issue #8).** Its control 8/0-filtered could not differ from 8/0 by "
+            "construction (with B = I = 8 the filter only deletes zero-advantage groups, whose gradient "
+            "was zero anyway; clipping removes the normaliser's effect), so this report does not test "
+            "whether 4/4's gain is sharing or curation. See docs/experiments/README.md and issue #18.",
+            "",
+        ]
     if config.get("quick"):
         lines += ["> **Quick smoke-test run**: the numbers below mean nothing.", ""]
     if not config.get("complete"):
@@ -323,7 +572,16 @@ def write_report(
         "",
         f"- Arms: {', '.join(config['arms'])}. I/J = own/external rollouts trained on per round; the "
         "paper's sharing arms and 8/0-filtered drop zero-advantage groups (`nonzero_advantage`), "
-        "8/0 and 4/4-unfiltered do not (`uniform`).",
+        "8/0 and 4/4-unfiltered do not (`uniform`)."
+        + (
+            ""
+            if analysis.old_design
+            else f" 4/4-self draws its 4 J-side groups from the agent's own last "
+            f"{config.get('self_window')} groups (filtered); 8/0-dyn generates up to "
+            f"{config.get('max_questions')} questions until 8 groups are informative. Required arms "
+            f"({', '.join(config.get('required_arms', []))}) run on every seed, the others on the "
+            f"first {config.get('other_seeds') or len(config['seeds'])}."
+        ),
         f"- Each cell (arm, seed): {config['agents']} agents from the same weights, "
         f"{config['questions_per_round']} questions per agent per round, G = {config['group_size']} "
         f"completions of at most {config['max_new_tokens']} tokens, {config['rounds']} rounds, "
@@ -381,18 +639,40 @@ def write_report(
         "95% percentile bootstrap of the mean difference (seeds resampled as pairs). p: two-sided "
         "paired sign-flip permutation test of H0 'the two arms are exchangeable within a seed', "
         "statistic T = |mean(d)|, p = #{s in {-1,+1}^n : T(s d) >= T(d)} / 2^n (exact for up to 16 "
-        "seeds, so with n seeds p >= 2/2^n). Holm: adjusted over the rows of this table; the first "
-        "row was fixed as the main question before the data, the others are exploratory.",
+        "seeds, so with n seeds p >= 2/2^n). "
+        + (
+            "Holm: adjusted over the rows of this table; the first row was fixed as the main "
+            "question before the data, the others are exploratory."
+            if analysis.old_design
+            else f"Holm: adjusted over the pre-registered family only (the first "
+            f"{analysis.family_size} rows, marked *pre-registered*); the other rows are exploratory "
+            "and their p is unadjusted."
+        ),
         "",
         "| comparison | mean difference [95% interval] | relative | first arm higher | p | Holm p |",
         "|---|---|---|---|---|---|",
     ]
     for c in analysis.comparisons:
-        lines.append(
-            f"| {c.a} - {c.b} | {c.mean:+.2f} {_interval(c.interval)} | {_pct(c.gain)} | "
-            f"{c.wins} of {len(c.seeds)} | {_p(c.p_value)}{'' if c.exact else ' (Monte-Carlo)'} | "
-            f"{_p(c.holm_p)} |"
+        label = f"{c.a} - {c.b}" + (
+            " (*pre-registered*)" if c.preregistered and not analysis.old_design else ""
         )
+        lines.append(
+            f"| {label} | {c.mean:+.2f} {_interval(c.interval)} | {_pct(c.gain)} | "
+            f"{c.wins} of {len(c.seeds)} | {_p(c.p_value)}{'' if c.exact else ' (Monte-Carlo)'} | "
+            f"{_p(c.holm_p) if c.preregistered else '-'} |"
+        )
+    mechanism = mechanism_rows(results, analysis, min(resamples, 2000))
+    if mechanism:
+        lines += [
+            "",
+            "## What each arm trained on",
+            "",
+            "Per arm: the mean over seeds of each cell's mean over its rounds and agents, with a 95% "
+            "bootstrap interval over seeds (n = seeds). `grad_norm` is the norm before clipping "
+            "(max 1.0); J side = external (pool) or replayed (self) groups.",
+            "",
+            *mechanism,
+        ]
     lines += ["", "## Reward curves", ""]
     if images:
         lines += [

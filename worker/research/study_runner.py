@@ -21,6 +21,10 @@ from worker.research.study import (
     ARM_ORDER,
     CUMULATIVE_DEFINITION,
     CURVE_DEFINITION,
+    FAMILY,
+    MECHANISM_METRICS,
+    PRIMARY,
+    REQUIRED_ARMS,
     StudyConfig,
     StudyError,
     arm_by_name,
@@ -89,7 +93,8 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
 
         transformers_logging.disable_progress_bar()
     started = time.perf_counter()
-    result = run_arm(config, arm_by_name()[arm_name], model_cache_dir(), None, on_round, log=log)
+    arm = arm_by_name(settings.get("self_window"), settings.get("max_questions"))[arm_name]
+    result = run_arm(config, arm, model_cache_dir(), None, on_round, log=log)
     seconds = time.perf_counter() - started
     histories = list(result["agents"].values())
     rounds = settings["rounds"]
@@ -100,12 +105,26 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
         values = [m.get(key, 0.0) for h in histories for m in h]
         return round(sum(values) / len(values), 6)
 
+    def round_means(key: str) -> list[float | None]:
+        """Per round, the mean over the agents that report ``key`` (None where none does)."""
+        out: list[float | None] = []
+        for r in range(rounds):
+            values = [h[r][key] for h in histories if key in h[r]]
+            out.append(round(sum(values) / len(values), 6) if values else None)
+        return out
+
     return {
         "curve": curve,
+        "mechanism": {key: round_means(key) for key in MECHANISM_METRICS},
         "seconds": round(seconds, 2),
         "frac_reward_zero_std": mean_of("frac_reward_zero_std"),
         "local_used": mean_of("batch/local_used"),
         "external_used": mean_of("batch/external_used"),
+        "informative_groups": mean_of("batch/informative_groups"),
+        "external_from_others": mean_of("batch/external_from_others"),
+        "questions_generated": mean_of("generation/questions"),
+        "grad_norm": mean_of("grad_norm"),
+        "grad_norm_clipped": mean_of("grad_norm_clipped"),
     }
 
 
@@ -173,6 +192,7 @@ def _rebuild_arms(results: dict[str, Any]) -> None:
 def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
     """The results so far: the file at ``out`` if its settings match, else a new skeleton."""
     settings = config.settings()
+    definitions = arm_by_name(config.self_window, config.max_questions)
     if out.exists():
         results = json.loads(out.read_text())
         old = {key: results["config"].get(key) for key in settings}
@@ -188,13 +208,17 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
         cfg["arms"] = [a for a in ARM_ORDER if a in cfg["arms"] or a in config.arms]
         for name in cfg["arms"]:
             results["curves"].setdefault(name, {})
+            results.setdefault("mechanism", {}).setdefault(name, {})
         return results
     return {
         "config": {
             **settings,
             "seeds": list(config.seeds),
             "arms": [a for a in ARM_ORDER if a in config.arms],
-            "arm_definitions": {a: arm_by_name()[a].to_json() for a in ARM_ORDER},
+            "arm_definitions": {a: definitions[a].to_json() for a in ARM_ORDER},
+            "required_arms": list(REQUIRED_ARMS),
+            # pre-registered before any data (worker/research/study.py)
+            "preregistered": {"primary": list(PRIMARY), "family": [list(pair) for pair in FAMILY]},
             "cumulative_reward": CUMULATIVE_DEFINITION,
             "curves": CURVE_DEFINITION,
             "torch_threads_per_process": 1,
@@ -203,16 +227,20 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
         },
         "arms": {},
         "curves": {a: {} for a in ARM_ORDER if a in config.arms},
+        "mechanism": {a: {} for a in ARM_ORDER if a in config.arms},
     }
 
 
 def pending_cells(results: dict[str, Any], config: StudyConfig) -> list[tuple[str, int]]:
-    """Cells still to run, seed by seed (all arms of a seed before the next seed)."""
+    """Cells still to run, seed by seed (all arms of a seed before the next seed); an arm outside
+    the required ones runs only on its first ``other_seeds`` seeds."""
     return [
         (name, seed)
         for seed in config.seeds
         for name in ARM_ORDER
-        if name in config.arms and seed_key(seed) not in results["curves"][name]
+        if name in config.arms
+        and seed in config.seeds_of(name)
+        and seed_key(seed) not in results["curves"][name]
     ]
 
 
@@ -249,6 +277,11 @@ def run_study(
     cfg.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
     settings = config.settings()
     cell_rounds = config.agents * config.rounds
+    log(
+        f"{len(todo)} cells, {config.agent_rounds()} agent-rounds in all; required arms "
+        f"{', '.join(a for a in REQUIRED_ARMS if a in config.arms)} on {len(config.seeds)} seeds, "
+        f"others on {len(config.seeds_of('6/2'))}"
+    )
     started = time.perf_counter()
     wall_before = cfg.get("wall_seconds", 0.0)
     finished = 0
@@ -257,6 +290,7 @@ def run_study(
         nonlocal finished
         finished += 1
         results["curves"][name][seed_key(seed)] = cell.pop("curve")
+        results.setdefault("mechanism", {}).setdefault(name, {})[seed_key(seed)] = cell.pop("mechanism")
         cfg["cells"][f"{name}|{seed}"] = cell
         # elapsed: the cells' own seconds summed (process-seconds); wall: the runs' clock time.
         cfg["elapsed_seconds"] = round(cfg["elapsed_seconds"] + cell["seconds"], 2)
@@ -299,7 +333,11 @@ def run_study(
 def _finish(results: dict[str, Any], config: StudyConfig) -> None:
     """Bookkeeping fields of ``config``: completeness and the measured cost."""
     cfg = results["config"]
-    total = len(cfg["arms"]) * len(cfg["seeds"])
+    other = cfg.get("other_seeds")
+    total = sum(
+        len(cfg["seeds"]) if a in REQUIRED_ARMS or other is None else min(other, len(cfg["seeds"]))
+        for a in cfg["arms"]
+    )
     done = sum(len(results["curves"][a]) for a in cfg["arms"])
     cfg["cells_done"], cfg["cells_total"] = done, total
     cfg["complete"] = done == total

@@ -205,3 +205,97 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+# --- planning: what the exact sign-flip test can detect with n seeds (issue #18) -------------
+
+
+def sign_flip_min_seeds(alpha: float = 0.05, family_size: int = 1) -> int:
+    """The fewest pairs n for which the exact two-sided sign-flip test can reject at level
+    ``alpha`` after Holm over ``family_size`` tests: its smallest p is 2 / 2^n, and Holm multiplies
+    the smallest p of a family by m, so n is the least with m * 2 / 2^n <= alpha
+    (m = 1: n = 6; m = 3: n = 7; m = 9: n = 9)."""
+    n = 1
+    while family_size * 2.0 / 2**n > alpha:
+        n += 1
+    return n
+
+
+def sign_flip_power(
+    mean: float,
+    sd: float,
+    n: int,
+    alpha: float = 0.05,
+    draws: int = 400,
+    seed: int = 0,
+    patterns: int = 4_000,
+) -> float:
+    """Simulated power of the two-sided sign-flip test at level ``alpha`` with n pairs whose
+    differences are normal(mean, sd): the share of ``draws`` samples d_1..d_n with p <= alpha.
+
+    p is the test's own (:func:`sign_flip_test`): exact over all 2^n patterns for n <= 16, over
+    ``patterns`` random patterns (shared by all draws, Phipson-Smyth form) above. Seeded.
+    """
+    if n < 1:
+        raise ValueError("power needs n >= 1")
+    rng = np.random.default_rng(seed)
+    d = rng.normal(mean, sd, size=(draws, n))  # one row per simulated study
+    if n <= EXACT_MAX_N:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+        flipped = np.abs(d @ signs.T) / n  # [draws, 2^n]
+        observed = np.abs(d.mean(axis=1, keepdims=True))
+        tolerance = 1e-9 * np.maximum(1.0, np.abs(d).max(axis=1, keepdims=True))
+        p = np.mean(flipped >= observed - tolerance, axis=1)
+    else:
+        signs = rng.choice((-1.0, 1.0), size=(patterns, n))
+        flipped = np.abs(d @ signs.T) / n
+        observed = np.abs(d.mean(axis=1, keepdims=True))
+        tolerance = 1e-9 * np.maximum(1.0, np.abs(d).max(axis=1, keepdims=True))
+        p = (1 + np.sum(flipped >= observed - tolerance, axis=1)) / (1 + patterns)
+    return float(np.mean(p <= alpha))
+
+
+def minimum_detectable_effect(
+    sd: float, n: int, alpha: float = 0.05, power: float = 0.8, draws: int = 400, seed: int = 0
+) -> float | None:
+    """The smallest mean difference (in the differences' units) that the sign-flip test at level
+    ``alpha`` detects with probability ``power`` with n pairs of normal(effect, sd) differences,
+    by bisection on :func:`sign_flip_power` (seeded, so monotone in the effect up to its
+    simulation error of about 0.02). None when no effect can be detected: n is below the
+    test's minimum (2 / 2^n > alpha) or sd is not positive."""
+    if not sd > 0 or 2.0 / 2**n > alpha:
+        return None
+    low, high = 0.0, sd
+    while sign_flip_power(high, sd, n, alpha, draws, seed) < power:
+        low, high = high, high * 2
+        if high > 1e3 * sd:
+            return None
+    for _ in range(12):
+        middle = (low + high) / 2
+        if sign_flip_power(middle, sd, n, alpha, draws, seed) >= power:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def seeds_for_power(
+    effect: float,
+    sd: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_n: int = 40,
+    draws: int = 400,
+    seed: int = 0,
+) -> int | None:
+    """The fewest pairs n (up to ``max_n``) for which the sign-flip test at level ``alpha``
+    reaches ``power`` against normal(effect, sd) differences; None if even ``max_n`` does not.
+    Starts at the test's own minimum (2 / 2^n <= alpha), which no normal approximation knows."""
+    if effect == 0 or not sd >= 0:
+        return None
+    n = sign_flip_min_seeds(alpha)
+    while n <= max_n:
+        if sd == 0 or sign_flip_power(effect, sd, n, alpha, draws, seed) >= power:
+            return n
+        n += 1
+    return None

@@ -122,3 +122,71 @@ def test_learner_weights_sampler_tokens_and_reports_trl_metrics():
     uncorrected = off.step(samples)
     assert uncorrected["loss"] == pytest.approx(-(3 * 1.0 + 2 * -0.5 + 2 * 2.0) / 7, abs=1e-5)
     assert not any(key.startswith("sampling/") for key in uncorrected)
+
+
+def test_external_correction_equals_an_independent_computation():
+    """Issue #18's opt-in off-policy correction: an external sample with its generator's
+    log-probs b_it weighs each token by w_it = min(exp(logp_it - b_it), 3) (mu = 1, so the PPO
+    ratio is 1 and loss = -sum_it w_it A_i / N); samples without b keep weight 1; the
+    sampling/external_* metrics are the w's, |logp - b| and the share of capped ratios. Off by
+    default: then every weight is 1 and no sampling/external_* metric appears."""
+    config = Qwen2Config(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    model = Qwen2ForCausalLM(config)
+    prompts = [[3, 4, 5], [6, 7, 8, 9]]
+    completions = [[10, 11], [12, 13, 14]]
+    learner_logp = []
+    with torch.no_grad():  # independently: full logits, log-softmax, gather
+        for p, c in zip(prompts, completions, strict=True):
+            logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
+            learner_logp.append(
+                torch.log_softmax(logits, -1).gather(-1, torch.tensor(c)[:, None])[:, 0].tolist()
+            )
+    # generator = learner - offset, so the ratio pi_learner / pi_generator is exp(offset)
+    offsets = [[1.5, -0.7], [0.2, -2.0, 0.0]]
+    behaviour = [
+        [lp - o for lp, o in zip(r, off, strict=True)] for r, off in zip(learner_logp, offsets, strict=True)
+    ]
+    samples = [
+        TrainSample(prompts[0], completions[0], 0.5, external=True, behaviour_logp=behaviour[0]),
+        TrainSample(prompts[1], completions[1], -1.0, external=True, behaviour_logp=behaviour[1]),
+        TrainSample([3, 9], [15, 16], 2.0),  # own sample: weight 1
+    ]
+    weights = [[min(math.exp(o), 3.0) for o in row] for row in offsets]
+    expected_loss = -(sum(weights[0]) * 0.5 + sum(weights[1]) * -1.0 + 2 * 2.0) / 7
+    on = GRPOConfig(learning_rate=0.0, external_importance_sampling_correction=True)
+    metrics = GRPOLearner(model, on, pad_token_id=0).step(samples)
+    flat = [w for row in weights for w in row]
+    assert metrics["loss"] == pytest.approx(expected_loss, abs=1e-5)
+    assert metrics["sampling/external_importance_sampling_ratio/mean"] == pytest.approx(
+        sum(flat) / 5, abs=1e-5
+    )
+    assert metrics["sampling/external_importance_sampling_ratio/min"] == pytest.approx(
+        math.exp(-2.0), abs=1e-5
+    )
+    assert metrics["sampling/external_importance_sampling_ratio/max"] == pytest.approx(3.0, abs=1e-6)
+    assert metrics["sampling/external_importance_sampling_truncated"] == pytest.approx(1 / 5)  # exp(1.5) > 3
+    assert metrics["sampling/external_logp_difference/mean"] == pytest.approx(4.4 / 5, abs=1e-5)
+    assert metrics["sampling/external_logp_difference/max"] == pytest.approx(2.0, abs=1e-5)
+    assert "sampling/importance_sampling_ratio/mean" not in metrics  # the vLLM correction's, untouched
+
+    off = GRPOLearner(model, GRPOConfig(learning_rate=0.0), pad_token_id=0).step(samples)
+    assert off["loss"] == pytest.approx(-(2 * 0.5 + 3 * -1.0 + 2 * 2.0) / 7, abs=1e-5)
+    assert not any(key.startswith("sampling/external") for key in off)
+
+
+def test_grad_norm_is_before_clipping_and_clipping_is_counted():
+    config = Qwen2Config(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(2)
+    model = Qwen2ForCausalLM(config)
+    samples = [TrainSample([3, 4, 5], [10, 11, 12], 5.0), TrainSample([6, 7], [13, 14], -5.0)]
+    big = GRPOLearner(model, GRPOConfig(learning_rate=0.0, max_grad_norm=1e-6), pad_token_id=0).step(samples)
+    free = GRPOLearner(model, GRPOConfig(learning_rate=0.0, max_grad_norm=1e6), pad_token_id=0).step(samples)
+    assert big["grad_norm"] == pytest.approx(free["grad_norm"], rel=1e-5) and big["grad_norm"] > 1e-3
+    assert big["grad_norm_clipped"] == 1.0 and free["grad_norm_clipped"] == 0.0

@@ -15,7 +15,11 @@ import pytest
 
 from worker.research.study import (
     ARM_ORDER,
+    FAMILY,
+    MECHANISM_METRICS,
     PAPER_CUMULATIVE,
+    PRIMARY,
+    REQUIRED_ARMS,
     StudyConfig,
     StudyError,
     campaign_overrides,
@@ -102,34 +106,51 @@ def test_holm_adjustment():
 # --- analysis and report on synthetic results --------------------------------------------------
 
 
-def synthetic(shift: float, seeds: int, noise: float = 0.02, rounds: int = 12) -> dict:
-    """Results in the study's shape: 4/4 and 6/2 exceed every other arm by ``shift`` per round."""
+def synthetic(
+    shift: float,
+    seeds: int,
+    noise: float = 0.02,
+    rounds: int = 12,
+    shifted: tuple[str, ...] = ("4/4", "6/2"),
+    old_design: bool = False,
+    arm_noise: float = 0.0,
+) -> dict:
+    """Results in the study's shape: the ``shifted`` arms exceed every other arm by ``shift`` per
+    round. ``old_design``: issue #8's file (six arms, no pre-registered family); ``arm_noise``:
+    per-round noise of each arm's own, so paired differences spread."""
     rng = np.random.default_rng(11)
+    names = ARM_ORDER[:6] if old_design else ARM_ORDER
     base = {s: 0.2 + 0.01 * np.arange(rounds) + rng.normal(0, noise, rounds) for s in range(seeds)}
     curves = {
         name: {
-            str(s): [round(float(v), 6) for v in base[s] + (shift if name in ("4/4", "6/2") else 0.0)]
+            str(s): [
+                round(float(v), 6)
+                for v in base[s] + (shift if name in shifted else 0.0) + rng.normal(0, arm_noise, rounds)
+            ]
             for s in range(seeds)
         }
-        for name in ARM_ORDER
+        for name in names
     }
     config = {
         **StudyConfig(rounds=rounds, seeds=list(range(seeds))).settings(),
         "seeds": list(range(seeds)),
-        "arms": list(ARM_ORDER),
+        "arms": list(names),
         "cumulative_reward": "sum over rounds of the per-round mean reward over the agents",
         "complete": True,
-        "cells_done": seeds * 6,
-        "cells_total": seeds * 6,
+        "cells_done": seeds * len(names),
+        "cells_total": seeds * len(names),
         "cells": {},
     }
-    arms = {name: [round(sum(curves[name][str(s)]), 6) for s in range(seeds)] for name in ARM_ORDER}
+    if not old_design:
+        config["preregistered"] = {"primary": list(PRIMARY), "family": [list(p) for p in FAMILY]}
+    arms = {name: [round(sum(curves[name][str(s)]), 6) for s in range(seeds)] for name in names}
     return {"config": config, "arms": arms, "curves": curves}
 
 
-def test_the_answer_claims_only_what_the_numbers_support():
-    # Noise only (4/4 and 6/2 get other noise than the rest): inconclusive, never a yes or no.
-    results = synthetic(0.0, 6)
+def test_the_old_answer_claims_only_what_the_numbers_support():
+    """Issue #8's design (its file is still read): noise only is inconclusive, identical arms are
+    said to be identical, a clear shift over 6 seeds is a yes, over 5 it cannot be."""
+    results = synthetic(0.0, 6, old_design=True)
     rng = np.random.default_rng(5)
     for name in ("4/4", "6/2"):
         for seed, curve in results["curves"][name].items():
@@ -137,15 +158,66 @@ def test_the_answer_claims_only_what_the_numbers_support():
             results["arms"][name][int(seed)] = sum(results["curves"][name][seed])
     text = "\n".join(answer(results, analyse(results, 2000)))
     assert "Inconclusive" in text and "Yes" not in text and "No," not in text
-    # Identical arms: said as such.
-    text = "\n".join(answer(r := synthetic(0.0, 6), analyse(r, 2000)))
+    text = "\n".join(answer(r := synthetic(0.0, 6, old_design=True), analyse(r, 2000)))
     assert "identical cumulative rewards on all 6 seeds" in text
-    # A clear shift over 6 seeds: every seed agrees, p = 2/64 < 0.05.
-    text = "\n".join(answer(r := synthetic(0.05, 6), analyse(r, 2000)))
+    text = "\n".join(answer(r := synthetic(0.05, 6, old_design=True), analyse(r, 2000)))
     assert text.split("?**")[1].strip().startswith("Yes")
-    # The same shift over 5 seeds cannot reach p < 0.05 (2/32): not established.
-    text = "\n".join(answer(r := synthetic(0.05, 5), analyse(r, 2000)))
+    text = "\n".join(answer(r := synthetic(0.05, 5, old_design=True), analyse(r, 2000)))
     assert "Not established" in text and "0.062" in text
+
+
+def test_holm_runs_over_the_preregistered_family_only():
+    analysis = analyse(synthetic(0.05, 10, shifted=("4/4",)), 2000)
+    family = [(c.a, c.b) for c in analysis.comparisons if c.preregistered]
+    assert family == FAMILY and analysis.family_size == 3 and analysis.primary == PRIMARY
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    assert by_pair[PRIMARY].holm_p == pytest.approx(min(1.0, 3 * by_pair[PRIMARY].p_value))
+    exploratory = by_pair[("4/4", "8/0")]
+    assert not exploratory.preregistered and np.isnan(exploratory.holm_p)
+    # The old design's file: its primary and its nine-row family, as its report had them.
+    old = analyse(synthetic(0.05, 6, old_design=True), 2000)
+    assert old.old_design and old.primary == ("4/4", "8/0-filtered") and old.family_size == 9
+
+
+def test_the_answer_names_the_mechanism_the_numbers_support():
+    # 4/4 above everything, 10 seeds all agreeing: sharing (p = 2/1024, Holm 3x that).
+    text = "\n".join(answer(r := synthetic(0.05, 10, shifted=("4/4",)), analyse(r, 2000)))
+    assert "**Sharing**" in text and "Holm p = 0.006" in text
+    # 4/4 and 4/4-self equal, both above 8/0 and 8/0-dyn: curation and reuse, not sharing.
+    text = "\n".join(answer(r := synthetic(0.05, 10, shifted=("4/4", "4/4-self")), analyse(r, 2000)))
+    assert "**Curation/reuse, not shown to be sharing**" in text and "reuse may be part of it" in text
+    # ... and with 8/0-dyn up too: curation.
+    text = "\n".join(
+        answer(r := synthetic(0.05, 10, shifted=("4/4", "4/4-self", "8/0-dyn")), analyse(r, 2000))
+    )
+    assert "The data point to curation:" in text
+    # 6 seeds: after Holm over 3 the exact test cannot reject (3 x 2/64 > 0.05): cannot tell.
+    text = "\n".join(answer(r := synthetic(0.05, 6, shifted=("4/4",), arm_noise=0.02), analyse(r, 2000)))
+    assert (
+        "**Cannot tell**" in text and "fewer than 7 seeds" in text and "no difference can be detected" in text
+    )
+
+
+def test_planning_with_the_exact_test():
+    # 2/2^n <= alpha / m: n = 6 alone, 7 under Holm over 3, 9 over the old table's 9 rows
+    assert [stats.sign_flip_min_seeds(0.05, m) for m in (1, 3, 9)] == [6, 7, 9]
+    assert stats.sign_flip_power(1.0, 0.01, 5) == 0.0  # 2/32 > 0.05: never, however clear
+    assert stats.sign_flip_power(1.0, 0.01, 6) == 1.0  # 2/64: always, all signs agree
+    assert stats.sign_flip_power(0.0, 1.0, 10, draws=2000) < 0.08  # about alpha under H0
+    assert stats.minimum_detectable_effect(1.0, 5) is None
+    mde = stats.minimum_detectable_effect(1.0, 12)
+    assert 0.5 < mde < 1.5 and stats.sign_flip_power(mde, 1.0, 12) >= 0.8
+    assert stats.seeds_for_power(1.0, 0.01) == 6 and stats.seeds_for_power(1.0, 0.01, alpha=0.05 / 3) == 7
+
+
+def test_the_old_results_file_still_reports(tmp_path: Path):
+    """docs/experiments/sapo-table-cpu.json (issue #8's design) is read and labelled old."""
+    results = json.loads((Path(__file__).parents[3] / "docs/experiments/sapo-table-cpu.json").read_text())
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(results))
+    text = write_report(path, resamples=500).read_text()
+    assert "**Old design (issue #8).**" in text and "| 4/4 - 8/0-filtered |" in text
+    assert "normal approximation" not in text and "fewer than 9 seeds" in text
 
 
 def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
@@ -154,7 +226,8 @@ def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
     report = write_report(results, resamples=2000)
     text = report.read_text()
     assert "| 4/4 |" in text and f"{PAPER_CUMULATIVE['4/4']:.2f}" in text and "+94.6%" in text
-    assert "| 4/4 - 8/0-filtered |" in text and "## Answer" in text
+    assert "| 4/4 - 4/4-self (*pre-registered*) |" in text and "## Answer" in text
+    assert "| 4/4 - 8/0 |" in text and "Old design" not in text
     for name in ("curves", "cumulative", "differences"):
         png = tmp_path / f"study-{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -168,6 +241,10 @@ def test_campaign_preset_runs_the_same_arms():
     from worker.shared.campaign import sapo_table_config
 
     for name, arm in arm_by_name().items():
+        if arm.kind in ("self", "dyn"):  # the platform's controls for these come with #18's platform part
+            with pytest.raises(StudyError, match="platform"):
+                campaign_overrides(name)
+            continue
         config = sapo_table_config(**campaign_overrides(name)).validate()
         swarm = config.agent_config(config.tiers[0], seed=0)
         as_run = (swarm.num_local, swarm.num_external, swarm.local_strategy, swarm.external_strategy)
@@ -178,6 +255,27 @@ def test_campaign_preset_runs_the_same_arms():
             assert config.controls.isolated and config.controls.filtered
             controls = {c.name: c for c in controls_for(arm_by_name()["4/4"])}
             assert controls[name] == arm
+
+
+def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path):
+    from worker.research.study_runner import pending_cells
+
+    config = StudyConfig(seeds=list(range(10)), arms=list(ARM_ORDER), other_seeds=6)
+    assert config.seeds_of("4/4-self") == list(range(10)) and config.seeds_of("6/2") == list(range(6))
+    todo = pending_cells(_open_results(tmp_path / "r.json", config), config)
+    assert len(todo) == 4 * 10 + 4 * 6
+    assert {seed for name, seed in todo if name in REQUIRED_ARMS} == set(range(10))
+    assert todo[: len(ARM_ORDER)] == [(name, 0) for name in ARM_ORDER]  # seed by seed: complete pairs
+    assert config.agent_rounds() == (40 + 24) * config.agents * config.rounds
+    assert config.self_window == 256 // 8
+    defaults = StudyConfig()
+    assert (
+        defaults.rounds >= 45
+        and len(defaults.seeds) >= 10
+        and defaults.agents == 8
+        and defaults.group_size == 8
+    )
+    assert set(REQUIRED_ARMS) <= set(defaults.arms) and defaults.other_seeds >= 6
 
 
 # --- the quick study end to end ------------------------------------------------------------------
@@ -201,7 +299,7 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     first = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert set(results) == {"config", "arms", "curves"}
+    assert set(results) == {"config", "arms", "curves", "mechanism"}
     config = results["config"]
     assert config["quick"] and config["complete"] and config["seeds"] == [0, 1]
     assert config["rounds"] == 2 and config["elapsed_seconds"] > 0 and config["versions"]["torch"]
@@ -212,6 +310,12 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
             curve = results["curves"][name][str(seed)]
             assert len(curve) == 2 and all(0 <= r <= 1 for r in curve)
             assert cumulative == pytest.approx(sum(curve))
+            mechanism = results["mechanism"][name][str(seed)]
+            assert set(mechanism) == set(MECHANISM_METRICS) and len(mechanism["grad_norm"]) == 2
+            cell = config["cells"][f"{name}|{seed}"]
+            assert {"informative_groups", "questions_generated", "grad_norm_clipped"} <= set(cell)
+    assert all(v == 0 for v in results["mechanism"]["4/4-self"]["0"]["batch/external_from_others"])
+    assert config["cells"]["8/0-dyn|0"]["questions_generated"] >= 8
 
     # Resume: drop one finished cell; a rerun computes only that one and keeps the others.
     removed = results["curves"]["2/6"].pop("1")
@@ -219,7 +323,7 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     out.write_text(json.dumps(results))
     second = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "11 cells done, 1 to run" in second.stdout
+    assert "15 cells done, 1 to run" in second.stdout
     assert second.stdout.count(" seed ") == 1 and "2/6 seed 1" in second.stdout
     resumed = json.loads(out.read_text())
     for key, cell in results["config"]["cells"].items():
@@ -230,7 +334,8 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     report = run_cli("study-report", str(out), "--resamples", "500", cache=tiny_1m_dir.parent)
     assert report.returncode == 0, report.stderr[-3000:]
     text = out.with_suffix(".md").read_text()
-    assert "| arm | cumulative reward" in text and "| 4/4 - 8/0-filtered |" in text
+    assert "| arm | cumulative reward" in text and "| 4/4 - 4/4-self (*pre-registered*) |" in text
+    assert "## What each arm trained on" in text
     assert "Quick smoke-test run" in text
     for name in ("curves", "cumulative", "differences"):
         assert (out.parent / f"sapo-table-cpu-{name}.png").stat().st_size > 1000

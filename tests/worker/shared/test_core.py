@@ -115,7 +115,7 @@ def test_batch_composition(
 
 def test_arms_of_the_sapo_table_and_their_controls():
     names = [arm.name for arm in sapo_table_arms(8)]
-    assert names == ["8/0", "6/2", "4/4", "2/6", "8/0-filtered", "4/4-unfiltered"]
+    assert names == ["8/0", "6/2", "4/4", "2/6", "8/0-filtered", "4/4-unfiltered", "4/4-self", "8/0-dyn"]
     arms = {arm.name: arm for arm in sapo_table_arms(8)}
     assert arms["4/4"].external_strategy == "nonzero_advantage"
     assert arms["8/0"].local_strategy == "uniform"
