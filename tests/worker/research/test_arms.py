@@ -178,3 +178,20 @@ def test_external_rollouts_carry_their_generators_log_probs(tiny_1m_dir):
             assert 0 < m["sampling/external_importance_sampling_ratio/mean"]
             assert m["sampling/external_importance_sampling_ratio/max"] <= 3.0 + 1e-6
             assert 0 <= m["sampling/external_importance_sampling_truncated"] <= 1
+
+
+def test_a_resumed_self_replay_agent_keeps_its_window(tiny_1m_dir, tmp_path):
+    cfg = config(agents=2, rounds=2, group_size=4)
+    arm = control_arm("self", sharing_arm(4, 4), self_window=12)
+    first = swarm(cfg, arm, tiny_1m_dir.parent)
+    first.run_round()
+    first.run_round()
+    first.save(tmp_path)
+    second = swarm(cfg, arm, tiny_1m_dir.parent)
+    assert second.load(tmp_path)
+    for a, b in zip(first.agents, second.agents, strict=True):
+        assert len(a.window) == 12 and [r.to_json() for r in a.window] == [r.to_json() for r in b.window]
+    after = first.run_round(), second.run_round()
+    for a, b, ma, mb in zip(first.agents, second.agents, *after, strict=True):
+        assert [row[1:] for row in a.last_batch] == [row[1:] for row in b.last_batch]
+        assert ma["reward"] == mb["reward"] and ma["batch/external_age"] == mb["batch/external_age"]
