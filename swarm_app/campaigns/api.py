@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET
 
 from swarm_app.campaigns import dashboard
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import AGGREGATE_FIELDS
+from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
 
 PAGE = 2000
@@ -171,8 +171,12 @@ def metrics_export(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             buffer = io.StringIO()
             writer = csv.writer(buffer)
-            writer.writerow(["campaign", *ROUND_FIELDS])
-            writer.writerows([campaign.pk, *row] for row in rows)
+            # metric_means flattened: one column per mechanism key (empty where not reported)
+            scalar = ROUND_FIELDS[:-1]
+            writer.writerow(["campaign", *scalar, *MECHANISM_KEYS])
+            writer.writerows(
+                [campaign.pk, *row[:-1], *(row[-1].get(key, "") for key in MECHANISM_KEYS)] for row in rows
+            )
             response = HttpResponse(buffer.getvalue(), content_type="text/csv")
     else:
         fetch = _agent_fetch(campaign, filters)

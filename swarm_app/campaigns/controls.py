@@ -1,14 +1,23 @@
-"""Isolated controls: the same agent loop as a swarm node, with J = 0, run by Celery.
+"""Isolated controls: the same agent loop as a swarm node, sharing nothing, run by Celery.
 
-For each tier and seed a campaign runs two controls (when enabled): *isolated* (the SAPO
-paper's 8/0 baseline: I + J own rollouts, uniform) and *filtered* (the same, but
-zero-advantage groups dropped: the control the paper lacked). They use the campaign's own
-settings and :class:`worker.engine.agent.Agent` with a :class:`worker.engine.transport.LocalTransport` and
-no pool, so their only difference from a swarm node is that they share nothing.
+For each tier and seed a campaign runs the controls it enabled (ControlsConfig; the kinds of
+worker/shared/arms.py, for the swarm's arm I/J):
 
-Pairing: both arms of one seed use the same agent id, the same question stream and the same
-generation seeds, so in round 0 they generate the very same completions; what differs
-afterwards comes from the filter alone.
+* *isolated* (I + J)/0: the SAPO paper's 8/0 baseline, I + J own groups, uniform;
+* *filtered* (I + J)/0-filtered: the same with zero-advantage groups dropped; a sanity arm only
+  (with B = I + J the filter can only delete groups that give zero gradient anyway);
+* *self* I/J-self: I own groups of the round plus J from the agent's own recent window (the
+  same age as the pool's): same batch and staleness as the swarm, no other agent;
+* *dyn* (I + J)/0-dyn: over-generation until I + J informative groups (at most 2 (I + J)
+  questions): the same batch as the swarm bought with more generation (generation/questions).
+
+They use the campaign's own settings and :class:`worker.engine.agent.Agent` with a
+:class:`worker.engine.transport.LocalTransport` and no pool, so their only difference from a
+swarm node is that they share nothing.
+
+Pairing: every kind of one seed uses the same agent id, the same question stream and the same
+generation seeds, so in round 0 they generate the very same first B groups; what differs
+afterwards comes from the arm alone.
 
 Surviving a dead Celery worker, without relying on broker redelivery (Redis redelivers an
 unacked task only after its visibility timeout, an hour):

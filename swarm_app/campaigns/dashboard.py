@@ -14,7 +14,11 @@ selects. Definitions (also in docs/web.md and on the page):
   rounds every arm of the tier has reached, with a 95% percentile bootstrap interval over
   agents (workers for the swarm, seeds for the controls; 2,000 resamples, seed 0) of
   H x the mean over agents of each agent's mean reward per round (rounds up to H, to the
-  nearest BLOCK_ROUNDS-round block); the gain over isolated and over filtered isolated, in %.
+  nearest BLOCK_ROUNDS-round block); the gain of the swarm over each control arm, in %.
+* **mechanism**: per tier and arm, over the same H, the mean over agents of each agent's mean
+  per round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
+  from other agents, age of the J side, share of clipped steps), with the same bootstrap
+  interval over agents and n: over-generation's generation cost sits beside its reward.
 """
 
 from __future__ import annotations
@@ -29,13 +33,30 @@ from typing import Any
 from django.db.models import Avg, Count, Q
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import BLOCK_ROUNDS, refresh_rollups
+from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, refresh_rollups
 from worker.shared import stats
 
 MAX_POINTS = 500
 # Fewer resamples than the study's report: the interval is recomputed on every page load.
 BOOTSTRAP_RESAMPLES = 2000
-ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED)
+# The swarm and the control kinds, in the order the page shows them (worker.shared.arms.CONTROL_KINDS).
+ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED, Arm.SELF, Arm.DYN)
+CONTROL_ARMS = ARMS[1:]
+# What the page calls each arm (legends, table headers); one definition, sent with the tables.
+ARM_LABELS = {
+    Arm.SWARM: "swarm",
+    Arm.ISOLATED: "isolated (J = 0)",
+    Arm.FILTERED: "filtered isolated",  # a sanity arm: it cannot differ much from isolated
+    Arm.SELF: "self-replay",
+    Arm.DYN: "over-generation",
+}
+MECHANISM_LABELS = {
+    "generation/questions": "questions generated / round",
+    "batch/informative_groups": "informative groups trained on",
+    "batch/external_from_others": "J groups from other agents",
+    "batch/external_age": "age of the J groups (rounds)",
+    "grad_norm_clipped": "steps clipped (share)",
+}
 BAND = (
     "mean ± 1 std across agents (workers for the swarm, seeds for the controls); "
     "an arm with one agent has no band"
@@ -132,22 +153,49 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
 # --- summary -----------------------------------------------------------------------------------
 
 
-def _agent_means(campaign: Campaign, horizon: dict[str, int]) -> dict[tuple[str, str], list[float]]:
-    """{(tier, arm): [each agent's mean reward per round over blocks starting before H]}."""
+def _agent_means(
+    campaign: Campaign, horizon: dict[str, int]
+) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], dict[str, list[float]]]]:
+    """{(tier, arm): [each agent's mean reward per round over blocks starting before H]}, and
+    {(tier, arm): {mechanism key: [each agent's mean of it per reporting round, same blocks]}}."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
-    blocks = AgentBlock.objects.filter(campaign=campaign).values_list(
-        "tier", "arm", "agent", "block", "rounds", "reward_sum"
+    metric_sums: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(lambda: [0.0, 0])
     )
-    for tier, arm, agent, block, rounds, reward_sum in blocks.iterator(chunk_size=5000):
+    blocks = AgentBlock.objects.filter(campaign=campaign).values_list(
+        "tier", "arm", "agent", "block", "rounds", "reward_sum", "metric_sums"
+    )
+    for tier, arm, agent, block, rounds, reward_sum, extra in blocks.iterator(chunk_size=5000):
         if block * BLOCK_ROUNDS < horizon.get(tier, 0):
             entry = sums[(tier, arm, agent)]
             entry[0] += reward_sum
             entry[1] += rounds
+            for key, (total, count) in (extra or {}).items():
+                metric = metric_sums[(tier, arm, agent)][key]
+                metric[0] += total
+                metric[1] += count
     means: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (tier, arm, _agent), (total, rounds) in sums.items():
         if rounds:
             means[(tier, arm)].append(total / rounds)
-    return means
+    metric_means: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (tier, arm, _agent), by_key in metric_sums.items():
+        for key, (total, count) in by_key.items():
+            if count:
+                metric_means[(tier, arm)][key].append(total / count)
+    return means, metric_means
+
+
+def estimate(values: Sequence[float]) -> dict[str, Any]:
+    """Mean over agents with its 95% bootstrap interval (none from fewer than 2) and n."""
+    interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
+    return {
+        "mean": sum(values) / len(values) if values else None,
+        "low": interval[0] if interval else None,
+        "high": interval[1] if interval else None,
+        "agents": len(values),
+        "note": interval_note(len(values)),
+    }
 
 
 def interval_note(n: int) -> str | None:
@@ -176,14 +224,35 @@ def gain_row(
     }
 
 
-def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
-    """Per tier: cumulative reward per arm over the common horizon, intervals, gains, n."""
+def horizons(grouped: dict) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Per tier: rounds reached by each arm, and H, the rounds every arm reached."""
     reached: dict[str, dict[str, int]] = defaultdict(dict)
     for (tier, arm), rows in grouped.items():
         if rows:
             reached[tier][arm] = rows[-1][0] + 1
-    horizon = {tier: min(arms.values()) for tier, arms in reached.items()}
-    agent_means = _agent_means(campaign, horizon)
+    return reached, {tier: min(arms.values()) for tier, arms in reached.items()}
+
+
+def arms_shown(campaign: Campaign, grouped: dict) -> list[dict[str, str]]:
+    """The arms the page has columns for: the swarm, the campaign's enabled controls, and any
+    other arm with data (an older campaign's), in ARMS' order."""
+    try:
+        enabled = set(campaign.settings.control_kinds())
+    except ValueError:  # an unreadable stored config: show what has data
+        enabled = set()
+    present = {arm for (_tier, arm), rows in grouped.items() if rows}
+    return [
+        {"arm": arm.value, "label": ARM_LABELS[arm]}
+        for arm in ARMS
+        if arm == Arm.SWARM or arm in enabled or arm in present
+    ]
+
+
+def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) -> dict[str, Any]:
+    """Per tier: cumulative reward per arm over the common horizon, intervals, gains, n."""
+    reached, horizon = horizons(grouped)
+    if agent_means is None:
+        agent_means, _ = _agent_means(campaign, horizon)
     result: dict[str, Any] = {}
     for tier in tiers_of(campaign, grouped):
         h = horizon.get(tier, 0)
@@ -217,14 +286,32 @@ def summary(campaign: Campaign, grouped: dict) -> dict[str, Any]:
                 base["agents"] if base else 0,
             )
 
-        vs_isolated, vs_filtered = gain(Arm.ISOLATED), gain(Arm.FILTERED)
+        gains = {arm.value: gain(arm) for arm in CONTROL_ARMS}
         result[tier] = {
             "horizon": h,
             "arms": arms,
-            "gain_vs_isolated": vs_isolated["value"],
-            "gain_vs_filtered": vs_filtered["value"],
-            "gains": {Arm.ISOLATED.value: vs_isolated, Arm.FILTERED.value: vs_filtered},
+            "gain_vs_isolated": gains[Arm.ISOLATED]["value"],
+            "gain_vs_filtered": gains[Arm.FILTERED]["value"],
+            "gains": gains,
         }
+    return result
+
+
+def mechanism(campaign: Campaign, grouped: dict, metric_means: dict | None = None) -> dict[str, Any]:
+    """Per tier and arm with data, over the summary's H: each of MECHANISM_KEYS as the mean over
+    agents of their per-round means, with a 95% bootstrap interval over agents and n."""
+    _, horizon = horizons(grouped)
+    if metric_means is None:
+        _, metric_means = _agent_means(campaign, horizon)
+    result: dict[str, Any] = {}
+    for tier in tiers_of(campaign, grouped):
+        arms = {}
+        for arm in ARMS:
+            if not grouped.get((tier, arm)):
+                continue
+            by_key = metric_means.get((tier, arm), {})
+            arms[arm.value] = {key: estimate(by_key[key]) for key in MECHANISM_KEYS if by_key.get(key)}
+        result[tier] = {"horizon": horizon.get(tier, 0), "arms": arms}
     return result
 
 
@@ -382,14 +469,31 @@ def worker_counts(campaign: Campaign) -> dict[str, int]:
     return counts
 
 
+def arm_names(campaign: Campaign) -> dict[str, str]:
+    """{control kind: the arm it runs, by the study's name} for this campaign, e.g. 4/4-self."""
+    try:
+        config = campaign.settings
+    except ValueError:
+        return {}
+    names = {}
+    for arm in CONTROL_ARMS:
+        try:
+            names[arm.value] = config.control_arm(arm.value).name
+        except ValueError:  # self-replay of a J = 0 campaign: refused at creation, no such runs
+            continue
+    return names
+
+
 def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rounds = int(campaign.config.get("rounds", 0))
+    names = arm_names(campaign)
     return [
         {
             "id": run.pk,
             "agent": f"control:{run.pk}",
             "tier": run.tier,
             "arm": run.arm,
+            "arm_name": names.get(run.arm, run.arm),
             "seed": run.seed,
             "state": run.state,
             "round": run.round,
@@ -425,9 +529,13 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
     grouped = _load_aggregates(campaign) if grouped is None else grouped
     if step is None:
         _, step = reward_series(campaign, grouped)
+    agent_means, metric_means = _agent_means(campaign, horizons(grouped)[1])
     return {
         "campaign": campaign_info(campaign),
-        "summary": summary(campaign, grouped),
+        "arms": arms_shown(campaign, grouped),
+        "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
+        "summary": summary(campaign, grouped, agent_means),
+        "mechanism": mechanism(campaign, grouped, metric_means),
         "pool": pool_stats(campaign, grouped, step),
         "workers": worker_rows(campaign),
         "worker_counts": worker_counts(campaign),

@@ -79,13 +79,10 @@ def _finished(campaign: Campaign) -> None:
 
 
 def control_runs_for(campaign: Campaign) -> list[ControlRun]:
-    """The control runs a launch creates: per tier, per enabled arm, seeds ``seed + k``."""
+    """The control runs a launch creates: per tier, per enabled control kind
+    (``CampaignConfig.control_kinds``: isolated, filtered, self, dyn), seeds ``seed + k``."""
     config = campaign.settings
-    arms = [
-        arm
-        for arm, on in ((Arm.ISOLATED, config.controls.isolated), (Arm.FILTERED, config.controls.filtered))
-        if on
-    ]
+    arms = [Arm(kind) for kind in config.control_kinds()]
     return [
         ControlRun(campaign=campaign, tier=tier, arm=arm, seed=config.seed + k)
         for tier in config.tiers

@@ -68,13 +68,19 @@ class Campaign(models.Model):
 
 
 class Arm(models.TextChoices):
+    """The swarm, and the isolated control kinds of worker.shared.arms.CONTROL_KINDS (same
+    values: ``ControlRun.arm`` is the kind passed to ``CampaignConfig.control_arm``)."""
+
     SWARM = "swarm"
-    ISOLATED = "isolated"
-    FILTERED = "filtered"
+    ISOLATED = "isolated", "isolated (I+J)/0"
+    FILTERED = "filtered", "filtered isolated (sanity)"
+    SELF = "self", "self-replay I/J-self"
+    DYN = "dyn", "over-generation (I+J)/0-dyn"
 
 
 class ControlRun(models.Model):
-    """One isolated-control agent (J = 0) run by Celery: one per campaign, tier, arm and seed."""
+    """One isolated-control agent run by Celery (it shares nothing): one per campaign, tier,
+    arm (control kind) and seed."""
 
     class State(models.TextChoices):
         QUEUED = "queued"
@@ -166,6 +172,9 @@ class RoundAggregate(models.Model):
     zero_std_share = models.FloatField(null=True, help_text="mean of frac_reward_zero_std")
     local_used = models.FloatField(null=True, help_text="mean of batch/local_used")
     external_used = models.FloatField(null=True, help_text="mean of batch/external_used")
+    metric_means = models.JSONField(
+        default=dict, help_text="{key: mean across agents} of rollups.MECHANISM_KEYS (present ones)"
+    )
     source_id = models.BigIntegerField(db_index=True, help_text="largest RoundMetrics id included")
 
     class Meta:
@@ -191,6 +200,9 @@ class AgentBlock(models.Model):
     rounds = models.IntegerField()
     reward_sum = models.FloatField()
     last_round = models.IntegerField()
+    metric_sums = models.JSONField(
+        default=dict, help_text="{key: [sum, rounds reporting it]} of rollups.MECHANISM_KEYS"
+    )
 
     class Meta:
         constraints = [

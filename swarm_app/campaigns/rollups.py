@@ -9,6 +9,11 @@ reading per-round aggregates costs milliseconds. So two small tables are maintai
 * :class:`AgentBlock` per (campaign, agent, block of BLOCK_ROUNDS rounds): the agent's reward
   sum, from which the summary's bootstrap over agents is drawn.
 
+Both also keep the arms' mechanism metrics (MECHANISM_KEYS: what each arm generated and trained
+on, issue #18): per round their mean across agents (``RoundAggregate.metric_means``), per agent
+and block their sum and the rounds that reported them (``AgentBlock.metric_sums``), so the
+dashboard's mechanism table has an interval over agents like the rewards.
+
 How they stay exact: a refresh finds the RoundMetrics rows added since the last refresh (by id,
 above the highest ``source_id`` already aggregated, minus a margin for rows whose transaction
 committed late), and *recomputes* every round and block those rows touch from the raw rows,
@@ -50,6 +55,19 @@ def _metric(key: str) -> Cast:
     return Cast(KT(f"metrics__{key}"), FloatField())
 
 
+# The arms' mechanism metrics (worker/engine/agent.py's names), kept in the rollups: the
+# generation cost of over-generation, the informative groups a step trained on, where the J
+# side came from and how old it was, and how often gradient clipping bit.
+MECHANISM_KEYS = (
+    "generation/questions",
+    "batch/informative_groups",
+    "batch/external_from_others",
+    "batch/external_age",
+    "grad_norm_clipped",
+)
+# SQL aliases of the keys (annotate() takes identifiers, the keys have slashes)
+_ALIASES = {key: f"mech_{index}" for index, key in enumerate(MECHANISM_KEYS)}
+
 ROUND_AGGREGATES = {
     "agents": Count("id"),
     "reward_mean": Avg("reward"),
@@ -60,6 +78,14 @@ ROUND_AGGREGATES = {
     "local_used": Avg(_metric("batch/local_used")),
     "external_used": Avg(_metric("batch/external_used")),
     "source_id": Max("id"),
+    **{alias: Avg(_metric(key)) for key, alias in _ALIASES.items()},
+}
+BLOCK_AGGREGATES = {
+    "rounds": Count("id"),
+    "reward_sum": Sum("reward"),
+    "last_round": Max("round"),
+    **{f"{alias}_sum": Sum(_metric(key)) for key, alias in _ALIASES.items()},
+    **{f"{alias}_n": Count(_metric(key)) for key, alias in _ALIASES.items()},
 }
 # What a RoundAggregate holds per (campaign, arm, tier, round), besides its keys and source_id.
 AGGREGATE_FIELDS = [
@@ -71,6 +97,7 @@ AGGREGATE_FIELDS = [
     "zero_std_share",
     "local_used",
     "external_used",
+    "metric_means",
 ]
 BLOCK = ExpressionWrapper(F("round") / BLOCK_ROUNDS, output_field=IntegerField())
 
@@ -93,6 +120,7 @@ def _round_objects(campaign_id: int, rows: Iterable[dict[str, Any]]) -> list[Rou
                 zero_std_share=row["zero_std_share"],
                 local_used=row["local_used"],
                 external_used=row["external_used"],
+                metric_means={key: row[alias] for key, alias in _ALIASES.items() if row[alias] is not None},
                 source_id=row["source_id"],
             )
         )
@@ -110,6 +138,11 @@ def _block_objects(campaign_id: int, rows: Iterable[dict[str, Any]]) -> list[Age
             rounds=row["rounds"],
             reward_sum=row["reward_sum"],
             last_round=row["last_round"],
+            metric_sums={
+                key: [row[f"{alias}_sum"], row[f"{alias}_n"]]
+                for key, alias in _ALIASES.items()
+                if row[f"{alias}_n"]
+            },
         )
         for row in rows
     ]
@@ -131,7 +164,7 @@ def _upsert_blocks(objects: list[AgentBlock]) -> None:
         batch_size=1000,
         update_conflicts=True,
         unique_fields=["campaign", "agent", "block"],
-        update_fields=["arm", "tier", "rounds", "reward_sum", "last_round"],
+        update_fields=["arm", "tier", "rounds", "reward_sum", "last_round", "metric_sums"],
     )
 
 
@@ -143,7 +176,7 @@ def _block_rows(queryset) -> Iterable[dict[str, Any]]:
     return (
         queryset.annotate(block=BLOCK)
         .values("agent", "arm", "tier", "block")
-        .annotate(rounds=Count("id"), reward_sum=Sum("reward"), last_round=Max("round"))
+        .annotate(**BLOCK_AGGREGATES)
         .order_by()
     )
 

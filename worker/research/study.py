@@ -226,17 +226,16 @@ def campaign_overrides(arm_name: str) -> dict[str, Any]:
     """The ``sapo-table`` campaign preset's overrides that run a study arm on the platform.
 
     A campaign runs one swarm arm (I/J, strategies) plus, per tier and seed, its isolated
-    controls with batch I + J: ``isolated`` (8/0) and ``filtered`` (8/0-filtered). So the 4/4
-    campaign with its controls gives 4/4, 8/0 and 8/0-filtered; 6/2, 2/6 and 4/4-unfiltered are
-    one campaign each (controls off, since the 4/4 campaign already ran them).
+    controls (worker.shared.campaign.ControlsConfig): ``isolated`` (8/0), ``filtered``
+    (8/0-filtered), ``self`` (4/4-self) and ``dyn`` (8/0-dyn), all four on in the preset. So
+    the 4/4 campaign with its controls gives 4/4, 8/0, 8/0-filtered, 4/4-self and 8/0-dyn;
+    6/2, 2/6 and 4/4-unfiltered are one campaign each (controls off, since the 4/4 campaign
+    already ran them).
     """
     arm = arm_by_name()[arm_name]
-    if arm.kind in ("self", "dyn"):
-        # The platform's self-replay and over-generation controls arrive with issue #18's
-        # platform part (campaign form, Celery controls); until then no campaign runs them.
-        raise StudyError(f"{arm_name}: no campaign control runs this arm yet (issue #18, platform part)")
     if not arm.shares:
-        return {"num_local": 4, "num_external": 4, "controls": {"isolated": True, "filtered": True}}
+        controls = {"isolated": True, "filtered": True, "self_replay": True, "over_generation": True}
+        return {"num_local": 4, "num_external": 4, "controls": controls}
     overrides: dict[str, Any] = {
         "num_local": arm.num_local,
         "num_external": arm.num_external,

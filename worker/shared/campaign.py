@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from worker.shared import validation
+from worker.shared.arms import CONTROL_KINDS, Arm, control_arm, sharing_arm
 from worker.shared.config import AgentConfig, GRPOConfig
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
@@ -33,10 +34,38 @@ class ConfigError(ValueError):
         self.message = message
 
 
+# Agents a campaign's self-replay window is sized for: the window holds pool_window //
+# SELF_WINDOW_AGENTS groups (at least MIN_SELF_WINDOW), the share of the pool one of that many
+# agents contributes, so a replayed group is about as old as a pooled one. A campaign's real
+# node count is unknown at launch (volunteers come and go); 8 is the study's and the paper's.
+SELF_WINDOW_AGENTS = 8
+MIN_SELF_WINDOW = 8
+
+
 class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
-    isolated: bool = True  # J = 0, uniform
-    filtered: bool = True  # J = 0, zero-advantage groups dropped (the paper's missing control)
+    """Which isolated controls a campaign runs per tier and seed, beside its swarm arm I/J
+    (worker/shared/arms.py's control kinds; new fields go last: tests build it positionally)."""
+
+    isolated: bool = True  # (I + J)/0, uniform: the paper's 8/0 baseline
+    # (I + J)/0 with zero-advantage groups dropped: a sanity arm only, with B = I + J the filter
+    # can only delete groups, which give zero gradient anyway (issue #18)
+    filtered: bool = True
     seeds: int = 1  # control runs per tier and arm
+    # I/J-self: J from the agent's own last self_window groups (separates sharing from reuse)
+    self_replay: bool = False
+    # (I + J)/0-dyn: over-generation until I + J informative groups, at most 2 (I + J) questions
+    over_generation: bool = False
+    self_window: int = 0  # groups; 0: max(MIN_SELF_WINDOW, pool_window // SELF_WINDOW_AGENTS)
+
+    def enabled(self) -> dict[str, bool]:
+        """{control kind: on} in worker.shared.arms.CONTROL_KINDS order."""
+        flags = {
+            "isolated": self.isolated,
+            "filtered": self.filtered,
+            "self": self.self_replay,
+            "dyn": self.over_generation,
+        }
+        return {kind: flags[kind] for kind in CONTROL_KINDS}
 
 
 class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -71,6 +100,34 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def grpo_config(self, tier_name: str) -> GRPOConfig:
         values = {"learning_rate": TIERS[tier_name].learning_rate, **self.grpo}
         return GRPOConfig(**values)
+
+    def control_kinds(self) -> list[str]:
+        """The enabled control kinds (``isolated``, ``filtered``, ``self``, ``dyn``), in order;
+        none when ``controls.seeds`` is 0."""
+        if self.controls.seeds < 1:
+            return []
+        return [kind for kind, on in self.controls.enabled().items() if on]
+
+    def control_run_count(self) -> int:
+        """Control runs a launch creates: tiers x enabled kinds x seeds."""
+        return len(self.tiers) * len(self.control_kinds()) * self.controls.seeds
+
+    def self_window(self) -> int:
+        """The self-replay control's window in groups (see SELF_WINDOW_AGENTS)."""
+        if self.controls.self_window:
+            return self.controls.self_window
+        return max(MIN_SELF_WINDOW, self.pool_window // SELF_WINDOW_AGENTS)
+
+    def control_arm(self, kind: str) -> Arm:
+        """The isolated control of kind ``kind`` for this campaign's swarm arm I/J."""
+        swarm = sharing_arm(self.num_local, self.num_external)
+        return control_arm(kind, swarm, self_window=self.self_window())
+
+    def control_agent_config(self, tier_name: str, seed: int, kind: str) -> AgentConfig:
+        """A control's AgentConfig: the campaign's settings with the arm's I, J, strategies,
+        replay source and over-generation cap (worker.shared.arms.Arm.agent_overrides)."""
+        base = self.agent_config(tier_name, seed).to_json()
+        return AgentConfig(**{**base, **self.control_arm(kind).agent_overrides()})
 
     def agent_config(
         self,
@@ -146,6 +203,14 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ConfigError("grpo", str(error)) from None
         if self.controls.seeds < 0 or self.controls.seeds > 16:
             raise ConfigError("controls", "control seeds must be between 0 and 16")
+        if not 0 <= self.controls.self_window <= 4096:
+            raise ConfigError("controls", "the self-replay window is 0 (automatic) to 4096 groups")
+        if self.controls.self_replay and self.num_external < 1:
+            raise ConfigError(
+                "controls",
+                "the self-replay control replays the swarm's J groups from the agent's own "
+                "window: it needs J >= 1",
+            )
         if not 5 <= self.lease_seconds <= 86_400:
             raise ConfigError("lease_seconds", "must be between 5 s and one day")
         if self.ban_threshold < 1:
@@ -208,6 +273,9 @@ def sapo_table_config(**overrides: Any) -> CampaignConfig:
         num_external=4,
         rounds=2000,
         max_new_tokens=256,
+        # The falsifier's controls (issue #18): 4/4-self and 8/0-dyn beside 8/0 (and the
+        # 8/0-filtered sanity arm).
+        controls=ControlsConfig(self_replay=True, over_generation=True),
     )
     return CampaignConfig.from_json({**base.to_json(), **overrides})
 

@@ -237,24 +237,26 @@ def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
 def test_campaign_preset_runs_the_same_arms():
     """Each study arm is a `sapo-table` campaign's swarm arm or one of its controls."""
     from worker.research.study import arm_by_name
-    from worker.shared.arms import controls_for
     from worker.shared.campaign import sapo_table_config
 
     for name, arm in arm_by_name().items():
-        if arm.kind in ("self", "dyn"):  # the platform's controls for these come with #18's platform part
-            with pytest.raises(StudyError, match="platform"):
-                campaign_overrides(name)
-            continue
         config = sapo_table_config(**campaign_overrides(name)).validate()
         swarm = config.agent_config(config.tiers[0], seed=0)
         as_run = (swarm.num_local, swarm.num_external, swarm.local_strategy, swarm.external_strategy)
         wanted = (arm.num_local, arm.num_external, arm.local_strategy, arm.external_strategy)
         if arm.shares:
             assert as_run == wanted, name
+            if name != "4/4":
+                assert config.control_kinds() == [], name  # the 4/4 campaign runs the controls
         else:
-            assert config.controls.isolated and config.controls.filtered
-            controls = {c.name: c for c in controls_for(arm_by_name()["4/4"])}
-            assert controls[name] == arm
+            assert config.control_kinds() == ["isolated", "filtered", "self", "dyn"]
+            controls = {
+                config.control_arm(kind).name: config.control_arm(kind) for kind in config.control_kinds()
+            }
+            assert controls[name] == arm, name
+            # and the control's agent runs exactly that arm
+            agent = config.control_agent_config(config.tiers[0], 0, arm.kind)
+            assert {key: getattr(agent, key) for key in arm.agent_overrides()} == arm.agent_overrides()
 
 
 def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path):

@@ -242,11 +242,7 @@ class Command(BaseCommand):
                 daphne_command(python, port),
                 **env,
             )
-            controls = (
-                len(config.tiers)
-                * (config.controls.isolated + config.controls.filtered)
-                * config.controls.seeds
-            )
+            controls = config.control_run_count()
             children.start(
                 "celery",
                 [
@@ -407,7 +403,7 @@ class Command(BaseCommand):
         for tier_name in campaign.settings.tiers:
             rows = RoundMetrics.objects.filter(campaign=campaign, tier=tier_name)
             arms = []
-            for arm in ("swarm", "isolated", "filtered"):
+            for arm in ("swarm", *campaign.settings.control_kinds()):
                 last = rows.filter(arm=arm).aggregate(last=Max("round"))["last"]
                 if last is None:
                     arms.append(f"{arm} -")
