@@ -9,10 +9,18 @@
   "use strict";
 
   const config = JSON.parse(document.getElementById("dashboard-config").textContent);
-  const ARMS = ["swarm", "isolated", "filtered"];
-  const LABELS = { swarm: "swarm", isolated: "isolated (J = 0)", filtered: "filtered isolated" };
-  const COLORS = { swarm: "#2f6fde", isolated: "#d9822b", filtered: "#2a9d8f" };
-  const BANDS = { swarm: "rgba(47,111,222,0.15)", isolated: "rgba(217,130,43,0.15)", filtered: "rgba(42,157,143,0.15)" };
+  // The arms in the page's order; their labels come from the server (dashboard.ARM_LABELS) with
+  // every tables message, these are the same words until the first one arrives.
+  const ARMS = ["swarm", "isolated", "filtered", "self", "dyn"];
+  const LABELS = {
+    swarm: "swarm", isolated: "isolated (J = 0)", filtered: "filtered isolated",
+    self: "self-replay", dyn: "over-generation",
+  };
+  const COLORS = { swarm: "#2f6fde", isolated: "#d9822b", filtered: "#2a9d8f", self: "#9b5de5", dyn: "#c0392b" };
+  const BANDS = {
+    swarm: "rgba(47,111,222,0.15)", isolated: "rgba(217,130,43,0.15)", filtered: "rgba(42,157,143,0.15)",
+    self: "rgba(155,93,229,0.15)", dyn: "rgba(192,57,43,0.15)",
+  };
   // Titles are HTML headings above each chart and legends sit above the plot area, so neither
   // can cover the other (nor an axis title) at any width; plotly's toolbar, which covered the
   // titles, is off (drag zooms, a double-click resets).
@@ -251,7 +259,22 @@
     return td;
   }
 
-  function renderSummary(summary) {
+  // The summary's columns: one per arm the campaign runs (t.arms), then the swarm's gain over
+  // each control among them.
+  function summaryHeader(arms) {
+    const key = arms.map((a) => a.arm).join(",");
+    const head = document.querySelector("#summary thead tr");
+    if (head.dataset.arms === key) return;
+    head.dataset.arms = key;
+    const cells = [el("th", "Tier"), el("th", "H")];
+    for (const a of arms) cells.push(el("th", a.label.charAt(0).toUpperCase() + a.label.slice(1)));
+    for (const a of arms) if (a.arm !== "swarm") cells.push(el("th", "Gain vs " + a.label));
+    head.replaceChildren(...cells);
+  }
+
+  function renderSummary(summary, shown) {
+    const arms = shown || ARMS.map((arm) => ({ arm: arm, label: LABELS[arm] }));
+    summaryHeader(arms);
     const rows = [];
     for (const tier of state.tiers) {
       const s = summary[tier];
@@ -259,7 +282,7 @@
       const tr = el("tr");
       tr.appendChild(el("td", tier));
       tr.appendChild(el("td", s.horizon));
-      for (const arm of ARMS) {
+      for (const { arm } of arms) {
         const a = s.arms[arm];
         // An interval only from 2 or more agents; otherwise the server's words say why not.
         const cell = a ? valueCell(fmt(a.cumulative, 2), a.note,
@@ -268,7 +291,7 @@
         cell.dataset.arm = arm;
         tr.appendChild(cell);
       }
-      for (const baseline of ["isolated", "filtered"]) {
+      for (const baseline of arms.map((a) => a.arm).filter((arm) => arm !== "swarm")) {
         const g = s.gains ? s.gains[baseline] : null;
         const known = g && g.value !== null;
         const cell = known ? valueCell(pct(g.value), g.note,
@@ -280,6 +303,47 @@
       rows.push(tr);
     }
     fillBody("summary", rows);
+  }
+
+  // Per tier and arm: the mechanism metrics, each with its interval (or the words) and n.
+  function renderMechanism(mechanism, keys, shown) {
+    const head = document.querySelector("#mechanism thead tr");
+    if (head.children.length !== 2 + keys.length) {
+      head.replaceChildren(el("th", "Tier"), el("th", "Arm"), ...keys.map((k) => el("th", k.label)));
+    }
+    const rows = [];
+    for (const tier of state.tiers) {
+      const m = mechanism ? mechanism[tier] : null;
+      if (!m) continue;
+      for (const { arm, label } of shown) {
+        const values = m.arms[arm];
+        if (!values) continue;
+        const tr = el("tr");
+        tr.dataset.arm = arm;
+        tr.appendChild(el("td", tier));
+        tr.appendChild(el("td", label));
+        for (const { key } of keys) {
+          const v = values[key];
+          let cell;
+          if (!v) cell = el("td", "–", "meta");
+          else {
+            cell = valueCell(fmt(v.mean, 2), v.note, v.low !== null ? "[" + fmt(v.low, 2) + ", " + fmt(v.high, 2) + "]" : null);
+            cell.append(" ", el("span", "n=" + v.agents, "n"));
+          }
+          cell.dataset.key = key;
+          tr.appendChild(cell);
+        }
+        rows.push(tr);
+      }
+    }
+    if (!rows.length) {
+      const none = el("td", "No rounds yet.", "meta");
+      none.colSpan = 2 + keys.length;
+      const tr = el("tr");
+      tr.appendChild(none);
+      rows.push(tr);
+    }
+    fillBody("mechanism", rows);
   }
 
   function renderPool(pool) {
@@ -343,7 +407,7 @@
     fillBody("controls", controls.map((c) => {
       const tr = el("tr");
       tr.appendChild(el("td", c.tier));
-      tr.appendChild(el("td", c.arm));
+      tr.appendChild(el("td", c.arm_name && c.arm_name !== c.arm ? c.arm + " (" + c.arm_name + ")" : c.arm));
       tr.appendChild(el("td", c.seed));
       tr.appendChild(el("td", c.state, "state state-" + c.state));
       const progress = el("td");
@@ -439,7 +503,9 @@
     state.tiers = t.campaign.tiers;
     syncAgentOptions(t);
     renderState(t.campaign.state, t.campaign.failure_reason);
-    renderSummary(t.summary);
+    if (t.arms) for (const a of t.arms) LABELS[a.arm] = a.label;
+    renderSummary(t.summary, t.arms);
+    renderMechanism(t.mechanism, t.mechanism_keys || [], t.arms || []);
     renderPool(t.pool);
     renderControls(t.controls);
     renderWorkers(t.workers, t.worker_counts);

@@ -194,14 +194,31 @@ class CampaignForm(forms.Form):
         help_text="seeds the question stream and the controls (control k uses seed + k): same seed, same questions",
     )
     controls_isolated = forms.BooleanField(
-        label="Plain isolated control (J = 0)",
+        label="Plain isolated control (I + J)/0",
         required=False,
-        help_text="per tier, a node trained alone on I + J of its own groups, uniformly sampled (the paper's 8/0 arm)",
+        help_text="per tier, a node trained alone on I + J of its own groups, uniformly sampled (the "
+        "paper's 8/0 arm): controls for sharing as a whole",
     )
     controls_filtered = forms.BooleanField(
-        label="Filtered isolated control (J = 0, zero-advantage groups dropped)",
+        label="Filtered isolated control (I + J)/0-filtered: a sanity arm",
         required=False,
-        help_text="the same, keeping only groups with a nonzero advantage: what sharing is compared with fairly",
+        help_text="the same, zero-advantage groups dropped. A sanity check only: with I + J of its "
+        "own I + J groups the filter can only delete groups that give no gradient anyway, so it "
+        "cannot differ much from the plain control",
+    )
+    controls_self_replay = forms.BooleanField(
+        label="Self-replay control I/J-self",
+        required=False,
+        help_text="I own groups of the round plus J replayed from the node's own recent groups (a "
+        "window as old as the pool's), both filtered: the same batch, curation and staleness as the "
+        "swarm without any other node; controls for curation plus reuse (needs J >= 1)",
+    )
+    controls_over_generation = forms.BooleanField(
+        label="Over-generation control (I + J)/0-dyn",
+        required=False,
+        help_text="alone, generating more questions (up to 2 (I + J)) until it has I + J groups with "
+        "an advantage (DAPO's dynamic sampling): the swarm's informative batch bought with more "
+        "generation; the dashboard shows its questions per round beside its reward",
     )
     control_seeds = forms.IntegerField(
         label="Control seeds per tier and arm",
@@ -300,6 +317,8 @@ class CampaignForm(forms.Form):
             "seed": config.seed,
             "controls_isolated": config.controls.isolated,
             "controls_filtered": config.controls.filtered,
+            "controls_self_replay": config.controls.self_replay,
+            "controls_over_generation": config.controls.over_generation,
             "control_seeds": config.controls.seeds,
             "learning_rate": config.grpo.get("learning_rate"),
             "eps_low": grpo["eps_low"],
@@ -345,20 +364,29 @@ class CampaignForm(forms.Form):
             errors.append(
                 ("num_local", f"I cannot exceed the {data['questions_per_round']} questions per round")
             )
-        controls = (data.get("controls_isolated") or data.get("controls_filtered")) and data.get(
-            "control_seeds"
-        )
+        seeds = data.get("control_seeds")
+        # Plain and filtered controls train on I + J of the round's own groups (over-generation
+        # may generate past the round's questions; self-replay trains on I of them).
+        controls = (data.get("controls_isolated") or data.get("controls_filtered")) and seeds
         if controls and have("num_local", "num_external", "questions_per_round"):
             batch = data["num_local"] + data["num_external"]
             if batch > data["questions_per_round"]:
                 errors.append(
                     (
                         "num_external",
-                        f"the isolated controls train on I + J = {batch} of their own rollouts, but a "
-                        f"round has {data['questions_per_round']} questions: lower I + J, raise the "
-                        "questions per round, or turn the controls off",
+                        f"the plain and filtered isolated controls train on I + J = {batch} of their "
+                        f"own rollouts, but a round has {data['questions_per_round']} questions: lower "
+                        "I + J, raise the questions per round, or turn those controls off",
                     )
                 )
+        if data.get("controls_self_replay") and seeds and have("num_external") and data["num_external"] < 1:
+            errors.append(
+                (
+                    "controls_self_replay",
+                    "the self-replay control replays J groups of the node's own: it needs J >= 1 "
+                    "(with J = 0 the plain isolated control is the comparison)",
+                )
+            )
         if have("eps_low", "eps_high") and data["eps_high"] < data["eps_low"]:
             errors.append(("eps_high", "the upper clip ε must not be below the lower one"))
         return errors
@@ -413,6 +441,9 @@ class CampaignForm(forms.Form):
                 isolated=data["controls_isolated"],
                 filtered=data["controls_filtered"],
                 seeds=data["control_seeds"],
+                self_replay=data["controls_self_replay"],
+                over_generation=data["controls_over_generation"],
+                self_window=base.controls.self_window,
             ),
         }
         try:
@@ -426,7 +457,7 @@ class CampaignForm(forms.Form):
         if error.field == "tasks":
             return "custom_tasks" if self.cleaned_data.get("task_preset") == CUSTOM else "task_preset"
         if error.field == "controls":
-            return "control_seeds"
+            return "controls_self_replay" if "self-replay" in error.message else "control_seeds"
         if error.field == "grpo":
             for field in ("eps_low", "eps_high", "num_iterations", "temperature", "learning_rate"):
                 if field in error.message:

@@ -237,3 +237,59 @@ def test_controls_run_on_celery_and_resume_after_the_worker_is_killed(
             range(rounds)
         )
     assert "re-enqueued" in (tmp_path / "celery-2.log").read_text()
+
+
+def test_self_replay_and_over_generation_controls_run_on_celery(transactional_db, tiny_1m_dir, tmp_path):
+    """Issue #18's controls on a real Celery worker, tiny-1m, 2 rounds, checked from the stored
+    metrics: the self-replay control trains on J groups of its own from round 1 on and never on
+    another agent's; the over-generation control generates at least B questions, more until it
+    holds I + J informative groups (or reaches its cap of 2 (I + J)), and shares nothing."""
+    rounds = 2
+    config = tiny_campaign_config(
+        rounds,
+        max_new_tokens=8,
+        controls=ControlsConfig(
+            isolated=False, filtered=False, seeds=1, self_replay=True, over_generation=True
+        ),
+    )
+    campaign = Campaign.objects.create(
+        name="new controls", state=Campaign.State.PENDING, config=config.to_json()
+    )
+    celery_app.control.purge()
+    lifecycle.launch(campaign)
+    assert sorted(ControlRun.objects.filter(campaign=campaign).values_list("arm", flat=True)) == [
+        "dyn",
+        "self",
+    ]
+    log = tmp_path / "celery.log"
+    with celery_worker(log, SWARM_MODEL_CACHE=str(tiny_1m_dir.parent)):
+        wait_for(
+            lambda: (
+                set(ControlRun.objects.filter(campaign=campaign).values_list("state", flat=True))
+                == {"completed"}
+            ),
+            240,
+            "both controls completed",
+            log,
+        )
+    rows = {(m.arm, m.round): m.metrics for m in RoundMetrics.objects.filter(campaign=campaign)}
+    assert sorted(rows) == [(arm, r) for arm in ("dyn", "self") for r in range(rounds)]
+    batch = config.num_local + config.num_external
+    for number in range(rounds):
+        own = rows[("self", number)]
+        assert own["batch/external_from_others"] == 0 and own["batch/external_from_self"] == 0
+        assert (
+            own["batch/local_used"] <= config.num_local and own["batch/external_used"] <= config.num_external
+        )
+        assert own["generation/questions"] == config.questions_per_round  # no extra generation
+        if number >= 1:
+            assert own["batch/external_used"] > 0, own  # replayed from its own window
+            assert own["batch/external_age"] >= 0
+        dyn = rows[("dyn", number)]
+        assert dyn["batch/external_used"] == 0 and dyn["batch/external_from_others"] == 0
+        assert config.questions_per_round <= dyn["generation/questions"] <= 2 * batch
+        # it stops generating once it holds I + J informative groups, or at its cap
+        assert dyn["batch/informative_groups"] == batch or dyn["generation/questions"] == 2 * batch, dyn
+        assert dyn["batch/local_used"] <= batch
+    # this seed's first B questions hold fewer than I + J informative groups: it over-generated
+    assert any(rows[("dyn", r)]["generation/questions"] > config.questions_per_round for r in range(rounds))

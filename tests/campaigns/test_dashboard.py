@@ -515,3 +515,91 @@ def test_worker_status_says_finished_for_a_node_that_reached_the_rounds_and_left
     assert dashboard.worker_status("healthy", True, 60, 60) == "healthy"
     assert dashboard.worker_status("banned", False, 60, 60) == "banned"
     assert dashboard.worker_status("offline", False, 3, 60) == "offline"
+
+
+def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db):
+    """Self-replay (2 seeds) and over-generation (1 seed) beside the swarm: their own summary
+    columns and gains, and the mechanism table per arm (rollups of the agents' metrics) with an
+    interval over agents and n, or the words for one agent; over-generation's questions per
+    round (its generation cost) beside its reward. Filtered is off and has no data: no column."""
+    from worker.shared.campaign import ControlsConfig
+
+    controls = ControlsConfig(isolated=True, filtered=False, seeds=2, self_replay=True, over_generation=True)
+    campaign = make_campaign(controls=controls)
+    swarm = {f"node:w{i}": 0.5 + 0.04 * i for i in range(4)}
+    own = {"control:1": 0.4, "control:2": 0.5}
+    add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(6), lambda a, r: swarm[a])
+    add_rows(campaign, "self", "tiny-1m", list(own), range(6), lambda a, r: own[a])
+    add_rows(campaign, "dyn", "tiny-1m", ["control:3"], range(6), lambda a, r: 0.45)
+    mechanism = {
+        "node:w0": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 4.0,
+            "batch/external_age": 0.5,
+        },
+        "node:w1": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 3.0,
+            "batch/external_age": 1.5,
+        },
+        "node:w2": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 4.0,
+            "batch/external_age": 0.5,
+        },
+        "node:w3": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 3.0,
+            "batch/external_age": 1.5,
+        },
+        "control:1": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 0.0,
+            "batch/external_age": 1.0,
+        },
+        "control:2": {
+            "generation/questions": 8.0,
+            "batch/external_from_others": 0.0,
+            "batch/external_age": 2.0,
+        },
+    }
+    for row in RoundMetrics.objects.filter(campaign=campaign):
+        extra = mechanism.get(row.agent) or {"generation/questions": 10.0 + row.round % 2}
+        row.metrics = {**row.metrics, **extra, "batch/informative_groups": 8.0, "grad_norm_clipped": 1.0}
+        row.save()
+    payload = dashboard.dashboard_payload(campaign)
+    assert [a["arm"] for a in payload["arms"]] == ["swarm", "isolated", "self", "dyn"]
+    assert payload["arms"][2]["label"] == "self-replay" and payload["arms"][3]["label"] == "over-generation"
+    tier = payload["summary"]["tiny-1m"]
+    assert tier["horizon"] == 6 and tier["arms"]["self"]["agents"] == 2
+    assert tier["arms"]["self"]["cumulative"] == pytest.approx(0.45 * 6)
+    assert tier["arms"]["self"]["low"] < 0.45 * 6 < tier["arms"]["self"]["high"]
+    assert tier["arms"]["dyn"]["note"] == "no interval (1 node)" and tier["arms"]["dyn"]["low"] is None
+    assert tier["gains"]["self"]["value"] == pytest.approx((0.56 / 0.45 - 1) * 100)
+    assert tier["gains"]["self"]["n"] == [4, 2] and tier["gains"]["self"]["low"] is not None
+    assert tier["gains"]["dyn"]["note"] == "no interval (1 node)"
+    mech = payload["mechanism"]["tiny-1m"]["arms"]
+    assert set(mech) == {"swarm", "self", "dyn"}
+    cost = mech["dyn"]["generation/questions"]
+    assert cost["mean"] == pytest.approx(10.5) and cost["agents"] == 1
+    assert cost["low"] is None and cost["note"] == "no interval (1 node)"
+    assert mech["swarm"]["generation/questions"]["mean"] == pytest.approx(8.0)
+    others = mech["self"]["batch/external_from_others"]
+    assert (others["mean"], others["agents"], others["note"]) == (0.0, 2, None)
+    age = mech["self"]["batch/external_age"]
+    assert age["mean"] == pytest.approx(1.5) and age["low"] < 1.5 < age["high"]
+    assert mech["swarm"]["batch/external_from_others"]["mean"] == pytest.approx(3.5)
+    assert mech["swarm"]["grad_norm_clipped"]["mean"] == pytest.approx(1.0)
+    # The per-round rollup equals the raw mean over agents.
+    aggregate = RoundAggregate.objects.get(campaign=campaign, arm="dyn", tier="tiny-1m", round=3)
+    assert aggregate.metric_means["generation/questions"] == pytest.approx(11.0)
+    aggregate = RoundAggregate.objects.get(campaign=campaign, arm="swarm", tier="tiny-1m", round=3)
+    assert aggregate.metric_means["batch/external_from_others"] == pytest.approx(3.5)
+    assert "batch/external_age" in aggregate.metric_means
+    # Controls say which arm they run.
+    runs = [
+        ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm=arm, seed=0)
+        for arm in ("self", "dyn")
+    ]
+    names = {row["arm"]: row["arm_name"] for row in dashboard.control_rows(campaign)}
+    assert names == {"self": "4/4-self", "dyn": "8/0-dyn"} and len(runs) == 2

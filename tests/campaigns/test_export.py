@@ -94,3 +94,48 @@ def test_metrics_export_as_csv_and_json(anonymous):
     assert len(rounds_csv.splitlines()) == 2
     assert anonymous.get(url, {"format": "xml"}).status_code == 400
     assert anonymous.get(url, {"from_round": "x"}).status_code == 400
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
+def test_the_export_carries_the_new_arms_and_their_mechanism_metrics(anonymous):
+    """Per agent: every key the engine reports (batch/informative_groups, generation/questions,
+    ...) for a self-replay and an over-generation control; per round: the rolled-up means of the
+    mechanism keys as columns (CSV) or a dict (JSON)."""
+    from swarm_app.campaigns.rollups import MECHANISM_KEYS
+
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    reports = {
+        "self": {"batch/external_used": 2.0, "batch/external_from_others": 0.0, "batch/external_age": 1.5},
+        "dyn": {"generation/questions": 7.0, "batch/informative_groups": 4.0, "grad_norm_clipped": 0.5},
+    }
+    for arm, metrics in reports.items():
+        run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm=arm, seed=0)
+        RoundMetrics.objects.create(
+            campaign=campaign,
+            arm=arm,
+            tier="tiny-1m",
+            agent=f"control:{run.pk}",
+            control_run=run,
+            round=0,
+            reward=0.2,
+            metrics=metrics,
+        )
+    url = reverse("api-metrics", args=[campaign.pk])
+    rows = {
+        r["arm"]: r
+        for r in csv.DictReader(io.StringIO(b"".join(anonymous.get(url, {"format": "csv"})).decode()))
+    }
+    assert set(rows) == {"self", "dyn"}
+    assert rows["dyn"]["generation/questions"] == "7.0" and rows["self"]["generation/questions"] == ""
+    assert rows["self"]["batch/external_from_others"] == "0.0" and rows["self"]["batch/external_age"] == "1.5"
+    rounds_csv = anonymous.get(url, {"format": "csv", "level": "round"}).content.decode()
+    rounds = {r["arm"]: r for r in csv.DictReader(io.StringIO(rounds_csv))}
+    assert all(key in rounds["dyn"] for key in MECHANISM_KEYS) and "metric_means" not in rounds["dyn"]
+    assert rounds["dyn"]["generation/questions"] == "7.0" and rounds["dyn"]["grad_norm_clipped"] == "0.5"
+    assert rounds["self"]["batch/external_age"] == "1.5" and rounds["self"]["generation/questions"] == ""
+    body = anonymous.get(url, {"format": "json", "level": "round", "arm": "dyn"}).json()
+    assert body["rows"][0]["metric_means"] == {
+        "generation/questions": 7.0,
+        "batch/informative_groups": 4.0,
+        "grad_norm_clipped": 0.5,
+    }

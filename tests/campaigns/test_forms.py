@@ -260,3 +260,67 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
     assert len(data_dirs) == 2  # one identity per local worker
     # ... but one model cache, the coordinator's: a worker's own would build the tiers again.
     assert {e["SWARM_MODEL_CACHE"] for _, e in started} == {str(Path(settings.DATA_DIR) / "models")}
+
+
+def test_the_form_offers_every_control_kind_and_sapo_table_turns_on_the_falsifiers(staff):
+    """Plain, filtered (labelled a sanity arm), self-replay and over-generation controls, each
+    with help saying what it controls for; the sapo-table preset turns on the two that can tell
+    sharing from curation and reuse, cpu-demo keeps its plain and filtered controls only."""
+    response = staff.get(reverse("campaign-new") + "?preset=sapo-table")
+    form, page = response.context["form"], response.content.decode()
+    for field in (
+        "controls_isolated",
+        "controls_filtered",
+        "controls_self_replay",
+        "controls_over_generation",
+    ):
+        assert f'id="id_{field}"' in page and form.fields[field].help_text
+    assert "sanity" in form.fields["controls_filtered"].label
+    assert "reuse" in form.fields["controls_self_replay"].help_text
+    assert "more generation" in form.fields["controls_over_generation"].help_text
+    assert form.initial["controls_self_replay"] and form.initial["controls_over_generation"]
+    demo = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"].initial
+    assert not demo["controls_self_replay"] and not demo["controls_over_generation"]
+
+
+def test_the_organizer_chooses_self_replay_and_over_generation(staff):
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(controls_self_replay="on", controls_over_generation="on", control_seeds="2"),
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    config = Campaign.objects.get().settings
+    assert config.controls.self_replay and config.controls.over_generation
+    assert config.control_kinds() == ["isolated", "filtered", "self", "dyn"]
+    assert config.control_run_count() == 1 * 4 * 2
+    # Only plain and filtered train on I + J of the round's own B groups: with those off, a
+    # batch larger than B is fine for over-generation (it generates up to 2 (I + J) questions).
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(
+            name="dyn only",
+            num_external="4",
+            controls_isolated=None,
+            controls_filtered=None,
+            controls_over_generation="on",
+        ),
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    config = Campaign.objects.get(name="dyn only").settings
+    assert config.control_kinds() == ["dyn"]
+    agent = config.control_agent_config("tiny-1m", 0, "dyn")
+    assert (agent.num_local, agent.num_external, agent.max_questions) == (6, 0, 12)
+
+
+def test_self_replay_without_j_is_refused_next_to_its_checkbox(staff):
+    response = staff.post(
+        reverse("campaign-new"),
+        form_data(
+            num_external="0", controls_isolated=None, controls_filtered=None, controls_self_replay="on"
+        ),
+    )
+    assert response.status_code == 200 and not Campaign.objects.exists()
+    assert any("needs J >= 1" in error for error in field_errors(response, "controls_self_replay"))
+    page = response.content.decode()
+    start = page.index('id="field-controls_self_replay"')
+    assert "errorlist" in page[start : page.index("</div>\n", page.index("errorlist", start)) + 1]

@@ -179,3 +179,48 @@ def test_a_campaign_completes_after_its_finished_workers_have_left(db):
         campaign=waiting, node_id="n3", token=token, tier="tiny-1m", round=2, state=WorkerNode.State.OFFLINE
     )
     assert lifecycle.complete_finished() == []
+
+
+def test_launch_queues_every_enabled_control_kind(db):
+    """One run per tier x enabled kind x seed, the new kinds included; the count the demo's
+    Celery concurrency uses is that number."""
+    controls = ControlsConfig(isolated=True, filtered=False, seeds=2, self_replay=True, over_generation=True)
+    campaign = make_campaign(tiers=["tiny-1m", "tiny-5m"], controls=controls)
+    runs = lifecycle.launch(campaign, enqueue=False)
+    assert sorted((r.tier, r.arm, r.seed) for r in runs) == sorted(
+        (tier, arm, seed)
+        for tier in ("tiny-1m", "tiny-5m")
+        for arm in ("isolated", "self", "dyn")
+        for seed in (0, 1)
+    )
+    assert campaign.settings.control_run_count() == len(runs) == 12
+    none = make_campaign(controls=ControlsConfig(True, True, 0, self_replay=True))
+    assert none.settings.control_kinds() == [] and lifecycle.launch(none, enqueue=False) == []
+
+
+def test_control_arms_follow_the_campaign_and_default_off():
+    """The new kinds are off unless chosen (existing campaigns and cpu-demo are unchanged),
+    sapo-table turns them on; each kind's agent runs worker.shared.arms.control_arm's arm,
+    the self-replay window being the pool's share of one of 8 agents (at least 8 groups)."""
+    from worker.shared.arms import control_arm, sharing_arm
+    from worker.shared.campaign import CampaignConfig, ConfigError, cpu_demo_config, sapo_table_config
+
+    assert CampaignConfig().control_kinds() == ["isolated", "filtered"]
+    assert cpu_demo_config().control_kinds() == ["isolated", "filtered"]
+    assert sapo_table_config().control_kinds() == ["isolated", "filtered", "self", "dyn"]
+    config = CampaignConfig(num_local=4, num_external=4, pool_window=256)
+    assert config.self_window() == 32
+    assert CampaignConfig(pool_window=40).self_window() == 8  # the floor
+    assert CampaignConfig(controls=ControlsConfig(self_window=5)).self_window() == 5
+    for kind in ("isolated", "filtered", "self", "dyn"):
+        arm = control_arm(kind, sharing_arm(4, 4), self_window=32)
+        assert config.control_arm(kind) == arm
+        agent = config.control_agent_config("tiny-1m", 3, kind)
+        assert {key: getattr(agent, key) for key in arm.agent_overrides()} == arm.agent_overrides()
+        assert agent.seed == 3 and agent.questions_per_round == 8  # the rest from the campaign
+    assert config.control_agent_config("tiny-1m", 0, "self").replay == "self"
+    assert config.control_agent_config("tiny-1m", 0, "dyn").max_questions == 16
+    with pytest.raises(ConfigError, match="needs J >= 1"):
+        CampaignConfig(num_external=0, controls=ControlsConfig(self_replay=True)).validate()
+    with pytest.raises(ConfigError, match="self-replay window"):
+        CampaignConfig(controls=ControlsConfig(self_window=-1)).validate()

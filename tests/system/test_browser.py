@@ -36,7 +36,7 @@ from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, Rou
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
 from tests.servers import asgi_server, free_port, stop, worker_process
-from worker.shared.campaign import CampaignConfig
+from worker.shared.campaign import CampaignConfig, ControlsConfig
 
 pytestmark = pytest.mark.slow
 
@@ -376,9 +376,13 @@ INTERVAL = r"\[[+-]?\d+\.\d+( %)?, [+-]?\d+\.\d+( %)?\]"
 
 
 def seed_campaign(rounds: int = 10) -> Campaign:
-    """A finished-looking campaign from stored reports: tiny-1m with 4 workers, 3 isolated seeds
-    and 1 filtered seed; tiny-5m with one worker and one isolated seed (the demo of old)."""
-    config = CampaignConfig(tiers=["tiny-1m", "tiny-5m"], rounds=rounds).validate().to_json()
+    """A finished-looking campaign from stored reports: tiny-1m with 4 workers, 3 isolated seeds,
+    1 filtered seed and 2 self-replay seeds (issue #18's control); tiny-5m with one worker and one
+    isolated seed (the demo of old)."""
+    controls = ControlsConfig(isolated=True, filtered=True, seeds=1, self_replay=True)
+    config = (
+        CampaignConfig(tiers=["tiny-1m", "tiny-5m"], rounds=rounds, controls=controls).validate().to_json()
+    )
     campaign = Campaign.objects.create(
         name="honest numbers", state=Campaign.State.RUNNING, public=True, config=config
     )
@@ -393,6 +397,7 @@ def seed_campaign(rounds: int = 10) -> Campaign:
     for tier, arm, seeds in (
         ("tiny-1m", "isolated", 3),
         ("tiny-1m", "filtered", 1),
+        ("tiny-1m", "self", 2),
         ("tiny-5m", "isolated", 1),
     ):
         for seed in range(seeds):
@@ -404,9 +409,8 @@ def seed_campaign(rounds: int = 10) -> Campaign:
                 state=ControlRun.State.COMPLETED,
                 round=rounds,
             )
-            agents.append(
-                (arm, tier, f"control:{run.pk}", (0.35 if arm == "isolated" else 0.3) + 0.05 * seed)
-            )
+            base = {"isolated": 0.35, "filtered": 0.3, "self": 0.45}[arm]
+            agents.append((arm, tier, f"control:{run.pk}", base + 0.05 * seed))
     RoundMetrics.objects.bulk_create(
         RoundMetrics(
             campaign=campaign,
@@ -415,11 +419,17 @@ def seed_campaign(rounds: int = 10) -> Campaign:
             agent=agent,
             round=number,
             reward=reward,
-            # Node i of a tier trains on i + 1 external rollouts of 10.
-            metrics={"batch/local_used": 10.0 - external, "batch/external_used": external},
+            # Node i of a tier trains on i + 1 external rollouts of 10; a self-replay seed on 4 of
+            # its own, never another agent's, 1.5 rounds old on average.
+            metrics={
+                "batch/local_used": 10.0 - external,
+                "batch/external_used": external,
+                "batch/external_from_others": external if arm == "swarm" else 0.0,
+                "batch/external_age": 1.5 if arm == "self" else 0.5,
+            },
         )
         for arm, tier, agent, reward in agents
-        for external in [1.0 + int(agent[-1]) if arm == "swarm" else 0.0]
+        for external in [1.0 + int(agent[-1]) if arm == "swarm" else 4.0 if arm == "self" else 0.0]
         for number in range(rounds)
     )
     return campaign
@@ -480,7 +490,7 @@ def test_honest_numbers_completion_and_disconnection(transactional_db, page, tmp
         check_summary(page)
         export = page.get_attribute("a:text-is('CSV') >> nth=0", "href")
         response = page.request.get(f"{base}{export}")
-        assert response.status == 200 and len(response.text().splitlines()) == 1 + 10 * 10
+        assert response.status == 200 and len(response.text().splitlines()) == 1 + 12 * 10
         page.evaluate("window.__sameDocument = true")
 
     # The server is gone: the page says it is disconnected, keeps its numbers, and retries.
@@ -513,3 +523,17 @@ def check_summary(page) -> None:
     assert summary_cell(page, "tiny-5m", "td[data-arm=swarm]") == f"5.00 {NO_INTERVAL} n=1"
     assert summary_cell(page, "tiny-5m", "td[data-gain=isolated]") == f"+42.9 % {NO_INTERVAL} n=1 vs 1"
     assert summary_cell(page, "tiny-5m", "td[data-gain=filtered]") == "–"
+    # The self-replay control (issue #18): its own column with interval and n, the swarm's gain
+    # over it, and what it trained on: J groups of its own, none from another agent.
+    headers = page.locator("#summary thead th").all_inner_texts()
+    assert "Self-replay" in headers and "Gain vs self-replay" in headers, headers
+    assert re.search(r"^4\.75 " + INTERVAL + " n=2$", summary_cell(page, "tiny-1m", "td[data-arm=self]"))
+    gain = summary_cell(page, "tiny-1m", "td[data-gain=self]")
+    assert re.search(r"^\+17\.9 % " + INTERVAL + " n=4 vs 2$", gain), gain
+    row = page.locator("#mechanism tbody tr[data-arm=self]")
+    assert row.locator("td").nth(1).inner_text() == "self-replay"
+    assert row.locator("td[data-key='batch/external_from_others']").inner_text() == "0.00 [0.00, 0.00] n=2"
+    assert row.locator("td[data-key='batch/external_age']").inner_text() == "1.50 [1.50, 1.50] n=2"
+    swarm = page.locator("#mechanism tbody tr[data-arm=swarm]", has=page.locator("td:text-is('tiny-5m')"))
+    cell = swarm.locator("td[data-key='batch/external_from_others']").inner_text()
+    assert cell == f"1.00 {NO_INTERVAL} n=1", cell
