@@ -175,7 +175,11 @@ def test_two_multi_node_processes_share_keep_their_checkpoints_and_resume_after_
 
     nodes = {n.node_id: n for n in WorkerNode.objects.filter(campaign=campaign)}
     assert set(nodes) == set(victims) | set(node_ids_of(dirs[1], 2))  # 4 ordinary nodes, none new
+    from worker.shared.hardware import total_ram_bytes
+
     for node in nodes.values():
+        # each node said hello with its share of the machine (the tier assigned must fit that)
+        assert node.hardware["ram_bytes"] == total_ram_bytes() // 2, node.hardware
         reported = sorted(RoundMetrics.objects.filter(node=node).values_list("round", flat=True))
         assert reported == list(range(rounds)), (node.node_id, reported)
         submitted = sorted(Lease.objects.filter(node=node, state="submitted").values_list("round", flat=True))

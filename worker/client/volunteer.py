@@ -244,7 +244,7 @@ def _take_turns(
 
     from worker.engine.hardware import detect
 
-    hardware = detect(data_dir)
+    hardware = detect(data_dir).share(len(runs))  # each node says hello with its share
     backend_name, reason = choose_backend(backend, hardware)
     log.info("backend: %s (%s)", backend_name, reason)
     console = console or Console(stderr=True)

@@ -10,7 +10,7 @@ import importlib.util
 import os
 import platform
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from worker.shared.tiers import GIB
@@ -33,6 +33,19 @@ class Hardware:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def share(self, nodes: int) -> Hardware:
+        """What one of ``nodes`` nodes sharing this machine has: its share of the GPU's memory,
+        the RAM and the disk (so the coordinator assigns a tier that fits the share, and vLLM's
+        engine and the learner plan for it); the device and core count are the machine's."""
+        if nodes <= 1:
+            return self
+        return replace(
+            self,
+            vram_bytes=self.vram_bytes // nodes,
+            ram_bytes=self.ram_bytes // nodes,
+            disk_free_bytes=self.disk_free_bytes // nodes,
+        )
 
 
 def total_ram_bytes() -> int:
