@@ -261,13 +261,8 @@ def _significant(c: Comparison | None, alpha: float = 0.05) -> str | None:
     return None
 
 
-def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
-    """The plain answer, generated from the numbers: which mechanism the data support (sharing,
-    curation, reuse, or cannot tell), with the minimum detectable effect at this n."""
-    if analysis.old_design:
-        return _old_answer(results, analysis)
-    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
-    config = results["config"]
+def _caveats(config: dict[str, Any]) -> list[str]:
+    """The lines an answer opens with when its run cannot answer in full (quick, incomplete)."""
     lines: list[str] = []
     if config.get("quick"):
         lines.append(
@@ -279,6 +274,17 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
             "cells); the answer covers the seeds run so far.**\n"
         )
+    return lines
+
+
+def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
+    """The plain answer, generated from the numbers: which mechanism the data support (sharing,
+    curation, reuse, or cannot tell), with the minimum detectable effect at this n."""
+    if analysis.old_design:
+        return _old_answer(results, analysis)
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    config = results["config"]
+    lines = _caveats(config)
     question = (
         "**Is 4/4's gain sharing, or curation (training on informative groups) and reuse of "
         "slightly older rollouts?**"
@@ -399,17 +405,7 @@ def _old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     """The answer of the old design (issue #8), as its report gave it, with the exact test's seed advice."""
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
     config = results["config"]
-    lines: list[str] = []
-    if config.get("quick"):
-        lines.append(
-            "**This is a quick smoke-test run: its settings are far too small to answer anything; "
-            "the text below only shows how the answer is generated.**\n"
-        )
-    if not config.get("complete"):
-        lines.append(
-            f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
-            "cells); the answer covers the seeds run so far.**\n"
-        )
+    lines = _caveats(config)
     primary = by_pair.get(OLD_PRIMARY)
     question = (
         "**Does sharing rollouts beat training alone once the lone agent may also drop "
