@@ -15,36 +15,24 @@ from worker.research.study import (
     ARM_ORDER,
     BASELINE,
     MECHANISM_METRICS,
-    OLD_PRIMARY,
     PAPER_CUMULATIVE,
     PRIMARY,
     SECONDARY,
     seed_key,
 )
 from worker.research.study_analysis import Analysis, Comparison, analyse
+from worker.research.study_old_design import old_answer
+from worker.research.study_text import (
+    caveats,
+    describe,
+    format_interval,
+    format_p,
+    format_pct,
+    late_slope,
+    seed_advice,
+    significant,
+)
 from worker.shared import stats
-
-
-def _interval(interval: tuple[float, float] | None, digits: int = 2, scale: float = 1.0) -> str:
-    if interval is None:
-        return "n/a"
-    return f"[{interval[0] * scale:.{digits}f}, {interval[1] * scale:.{digits}f}]"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:+.1f}%"
-
-
-def _p(value: float) -> str:
-    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
-
-
-def _describe(c: Comparison, unit: str = "") -> str:
-    return (
-        f"{c.a} - {c.b} = {c.mean:+.2f}{unit} (95% interval {_interval(c.interval)}; "
-        f"{_pct(c.gain)} relative; {c.a} higher in {c.wins} of {len(c.seeds)} seeds; "
-        f"sign-flip p = {_p(c.p_value)})"
-    )
 
 
 def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: int) -> list[Path]:
@@ -148,58 +136,6 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     return paths
 
 
-def _late_slope(results: dict[str, Any], analysis: Analysis) -> float | None:
-    """Least-squares slope (reward per round) of the mean curve over all arms, last third."""
-    curves = [results["curves"][n][seed_key(s)] for n, a in analysis.arms.items() for s in a.seeds]
-    if not curves:
-        return None
-    rounds = len(curves[0])
-    start = rounds - max(3, rounds // 3)
-    if start < 0 or rounds < 3:
-        return None
-    mean = [sum(c[r] for c in curves) / len(curves) for r in range(start, rounds)]
-    xs = list(range(start, rounds))
-    mx, my = sum(xs) / len(xs), sum(mean) / len(mean)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, mean, strict=True)) / sum((x - mx) ** 2 for x in xs)
-
-
-def _seed_advice(c: Comparison, family_size: int, alpha: float = 0.05) -> str:
-    """How many seeds the exact sign-flip test needs, from its minimum p and a simulated power
-    (never a normal approximation, which ignores that p >= 2 / 2^n)."""
-    n = len(c.seeds)
-    m = max(family_size, 1) if c.preregistered else 1
-    level = alpha / m  # Holm's level for the family's smallest p
-    least = stats.sign_flip_min_seeds(alpha, m)
-    head = (
-        f"- **More seeds.** With n seeds the exact sign-flip test cannot go below p = 2/2^n "
-        f"({_p(c.min_p_value)} at n = {n})"
-        + (f", and Holm over the family of {m} multiplies the smallest p by {m}" if m > 1 else "")
-        + f": no {c.a} - {c.b} result can be significant at {alpha:g} with fewer than {least} seeds."
-    )
-    sd = c.sd
-    if n < 2 or math.isnan(sd):
-        return head + f" With {n} seed pair(s) the spread cannot be estimated."
-    if sd == 0 or c.mean == 0:
-        return head + f" The {n} differences are all {c.mean:+.2f} (no spread to plan with)."
-    needed = stats.seeds_for_power(abs(c.mean), sd, level)
-    mde = stats.minimum_detectable_effect(sd, n, level)
-    mde_text = (
-        f"at n = {n} the smallest difference it detects with 80% power is about {mde:.2f}"
-        if mde is not None
-        else f"at n = {n} no difference can be detected"
-    )
-    needed_text = (
-        f"about {needed} seeds would detect the observed {c.mean:+.2f} with 80% power"
-        if needed is not None
-        else f"even 40 seeds would not detect the observed {c.mean:+.2f} with 80% power"
-    )
-    return (
-        f"{head} The differences have a standard deviation of {sd:.2f} over {n} seeds; if they "
-        f"were normal with that spread, {needed_text}, and {mde_text} (level {level:.3g}; power "
-        "simulated with the exact test itself, 400 draws, seeded)."
-    )
-
-
 MECHANISM_LABELS = {
     "batch/informative_groups": "informative groups trained on",
     "batch/local_used": "own groups (I side)",
@@ -241,39 +177,8 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
                 cells.append("-")
                 continue
             interval = stats.bootstrap_interval(values, resamples)
-            cells.append(f"{sum(values) / len(values):.2f} {_interval(interval)} (n={len(values)})")
+            cells.append(f"{sum(values) / len(values):.2f} {format_interval(interval)} (n={len(values)})")
         lines.append(f"| {MECHANISM_LABELS.get(key, key)} (`{key}`) | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _significant(c: Comparison | None, alpha: float = 0.05) -> str | None:
-    """``higher``/``lower`` when the family-adjusted (or, outside it, the plain) p <= alpha and
-    the interval excludes zero; else None."""
-    if c is None or c.interval is None or len(c.seeds) < 2:
-        return None
-    p = c.holm_p if c.preregistered else c.p_value
-    if p > alpha:
-        return None
-    if c.interval[0] > 0:
-        return "higher"
-    if c.interval[1] < 0:
-        return "lower"
-    return None
-
-
-def _caveats(config: dict[str, Any]) -> list[str]:
-    """The lines an answer opens with when its run cannot answer in full (quick, incomplete)."""
-    lines: list[str] = []
-    if config.get("quick"):
-        lines.append(
-            "**This is a quick smoke-test run: its settings are far too small to answer anything; "
-            "the text below only shows how the answer is generated.**\n"
-        )
-    if not config.get("complete"):
-        lines.append(
-            f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
-            "cells); the answer covers the seeds run so far.**\n"
-        )
     return lines
 
 
@@ -281,10 +186,10 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     """The plain answer, generated from the numbers: which mechanism the data support (sharing,
     curation, reuse, or cannot tell), with the minimum detectable effect at this n."""
     if analysis.old_design:
-        return _old_answer(results, analysis)
+        return old_answer(results, analysis)
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
     config = results["config"]
-    lines = _caveats(config)
+    lines = caveats(config)
     question = (
         "**Is 4/4's gain sharing, or curation (training on informative groups) and reuse of "
         "slightly older rollouts?**"
@@ -298,37 +203,37 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
         return lines
     s1, s2 = (by_pair.get(pair) for pair in SECONDARY)
     dyn = by_pair.get(("8/0-dyn", "8/0"))
-    sharing, self_gain = _significant(primary), _significant(s2)
+    sharing, self_gain = significant(primary), significant(s2)
     if sharing == "higher":
         verdict = (
             f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
             "trains on the same number of informative groups of the same age, but its own. "
-            f"{_describe(primary)}; Holm p = {_p(primary.holm_p)} over the pre-registered family."
+            f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} over the pre-registered family."
         )
     elif sharing == "lower":
         verdict = (
             f"**Not sharing**, at this scale ({scale}): the self-replay control 4/4-self beat 4/4, so "
-            f"other agents' rollouts did worse than the agent's own. {_describe(primary)}; Holm p = "
-            f"{_p(primary.holm_p)}."
+            f"other agents' rollouts did worse than the agent's own. {describe(primary)}; Holm p = "
+            f"{format_p(primary.holm_p)}."
         )
     elif self_gain == "higher":
         mechanism = (
             "curation: over-generating to 8 informative fresh groups (8/0-dyn) also beat 8/0"
-            if _significant(dyn) == "higher"
+            if significant(dyn) == "higher"
             else "curation and reuse together: 8/0-dyn (curation of fresh groups only) was not "
             "shown to beat 8/0, so reuse may be part of it"
         )
         verdict = (
             f"**Curation/reuse, not shown to be sharing**, at this scale ({scale}): 4/4 and 4/4-self "
-            f"were not distinguishable (Holm p = {_p(primary.holm_p)}), while 4/4-self beat 8/0 "
-            f"(Holm p = {_p(s2.holm_p) if s2 else 'n/a'}). The data point to {mechanism}. "
-            f"{_describe(primary)}."
+            f"were not distinguishable (Holm p = {format_p(primary.holm_p)}), while 4/4-self beat 8/0 "
+            f"(Holm p = {format_p(s2.holm_p) if s2 else 'n/a'}). The data point to {mechanism}. "
+            f"{describe(primary)}."
         )
     else:
         verdict = (
             f"**Cannot tell**, at this scale ({scale}): 4/4 vs 4/4-self is not significant after Holm "
-            f"(p = {_p(primary.holm_p)}), and neither is 4/4-self vs 8/0 "
-            f"(Holm p = {_p(s2.holm_p) if s2 else 'n/a'}). {_describe(primary)}."
+            f"(p = {format_p(primary.holm_p)}), and neither is 4/4-self vs 8/0 "
+            f"(Holm p = {format_p(s2.holm_p) if s2 else 'n/a'}). {describe(primary)}."
         )
     lines.append(f"{question} {verdict}")
     n = len(primary.seeds)
@@ -356,8 +261,8 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             "suggestive-lower": "possibly lower (interval below zero, permutation test not significant)",
             "inconclusive": "not distinguishable (interval contains zero)",
         }[v]
-        holm = f"; Holm p = {_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
-        lines.append(f"- {what}: {c.a} vs {c.b} {word}; {_describe(c)}{holm}.")
+        holm = f"; Holm p = {format_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
+        lines.append(f"- {what}: {c.a} vs {c.b} {word}; {describe(c)}{holm}.")
 
     lines.append("")
     line(primary, "Primary, sharing vs self-replay")
@@ -379,8 +284,8 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"agent and round [{low:.1f}, {high:.1f}] ({len(questions)} seeds) against 8 for every "
             "other arm."
         )
-    lines += ["", "### What would change this answer", "", _seed_advice(primary, analysis.family_size)]
-    slope = _late_slope(results, analysis)
+    lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
+    slope = late_slope(results, analysis)
     if slope is not None:
         trend = (
             "still rising"
@@ -397,123 +302,6 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
         f"- **A bigger tier and other tasks.** {config['tier']} on the `{config['tasks']}` tasks is a "
         "~1M-parameter model on easy arithmetic and spelling; the paper's effect was measured on "
         "Qwen2.5-0.5B with nine reasoning-gym tasks and 256-token completions."
-    )
-    return lines
-
-
-def _old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
-    """The answer of the old design (issue #8), as its report gave it, with the exact test's seed advice."""
-    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
-    config = results["config"]
-    lines = _caveats(config)
-    primary = by_pair.get(OLD_PRIMARY)
-    question = (
-        "**Does sharing rollouts beat training alone once the lone agent may also drop "
-        "zero-advantage samples?**"
-    )
-    scale = (
-        f"{config['tier']}, {config['agents']} agents, {config['rounds']} rounds, G = {config['group_size']}"
-    )
-    if primary is None:
-        lines.append(f"{question} Not answerable from this file: 4/4 and 8/0-filtered have no common seed.")
-        return lines
-    verdict = primary.verdict()
-    n = len(primary.seeds)
-    if verdict == "higher":
-        text = f"Yes, at this scale ({scale}): 4/4 beat 8/0-filtered. {_describe(primary)}."
-    elif verdict == "lower":
-        text = f"No, at this scale ({scale}): 4/4 did worse than 8/0-filtered. {_describe(primary)}."
-    elif verdict.startswith("suggestive"):
-        word = "above" if verdict.endswith("higher") else "below"
-        text = (
-            f"Not established. The bootstrap interval of 4/4 - 8/0-filtered lies {word} zero, but the "
-            f"exact permutation test does not reject exchangeability (p = {_p(primary.p_value)}; "
-            f"the smallest p possible with {n} seeds is {_p(primary.min_p_value)}), and a percentile "
-            f"bootstrap over {n} seeds is too narrow. {_describe(primary)}."
-        )
-    elif all(d == 0 for d in primary.differences):
-        text = (
-            f"No difference at this scale ({scale}): 4/4 and 8/0-filtered gave identical cumulative "
-            f"rewards on all {n} seeds, so nothing here shows that sharing helps or hurts."
-        )
-    else:
-        text = (
-            f"Inconclusive at this scale ({scale}): the 95% interval of 4/4 - 8/0-filtered contains "
-            f"zero, so these seeds do not show that sharing helps or hurts once the lone agent "
-            f"filters too. {_describe(primary)}. The interval runs from {primary.interval[0]:+.2f} to "
-            f"{primary.interval[1]:+.2f} in cumulative reward"
-            + (
-                f" ({_pct(primary.gain_interval[0])} to {_pct(primary.gain_interval[1])} relative)"
-                if primary.gain_interval
-                else ""
-            )
-            + "; effects outside it are unlikely, effects inside it are not ruled out."
-            if primary.interval
-            else f"Inconclusive: only {n} seed pair(s)."
-        )
-    lines.append(f"{question} {text}")
-
-    def line(pair: tuple[str, str], what: str) -> None:
-        c = by_pair.get(pair)
-        if c is None:
-            return
-        v = c.verdict()
-        word = {
-            "higher": "higher",
-            "lower": "lower",
-            "suggestive-higher": "possibly higher (interval above zero, permutation test not significant)",
-            "suggestive-lower": "possibly lower (interval below zero, permutation test not significant)",
-            "inconclusive": "not distinguishable (interval contains zero)",
-        }[v]
-        lines.append(f"- {what}: {c.a} vs {c.b} {word}; {_describe(c)}.")
-
-    lines.append("")
-    line(("4/4", "8/0"), "The paper's comparison (paper: +94.6%)")
-    line(("8/0-filtered", "8/0"), "Filtering alone, without sharing")
-    line(("4/4", "4/4-unfiltered"), "Filtering within sharing")
-    line(("6/2", "8/0-filtered"), "Less sharing against the fair control")
-    line(("2/6", "8/0-filtered"), "More sharing against the fair control")
-    if primary.verdict() != "inconclusive" and primary.holm_p > 0.05:
-        lines.append(
-            f"- Across the {len(analysis.comparisons)} comparisons of the table, Holm's adjustment "
-            f"gives the main comparison p = {_p(primary.holm_p)}; it was fixed before the data, so "
-            "its unadjusted p is the one to read, the others are exploratory."
-        )
-
-    lines += ["", "### What would change this answer", ""]
-    lines.append(_seed_advice(primary, analysis.family_size))
-    slope = _late_slope(results, analysis)
-    if slope is not None:
-        trend = (
-            "still rising"
-            if slope > 0.001
-            else "falling"
-            if slope < -0.001
-            else "about flat (within 0.001 per round)"
-        )
-        lines.append(
-            f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
-            f"(all arms) was {trend}: {slope:+.4f} per round. The paper ran 2000 rounds; sharing "
-            "may matter more (or less) once the isolated agents plateau, which short runs cannot show."
-        )
-    zero = [
-        cell.get("frac_reward_zero_std")
-        for key, cell in config.get("cells", {}).items()
-        if key.split("|")[0] in ("8/0", "8/0-filtered")
-    ]
-    zero = [z for z in zero if z is not None]
-    zero_text = (
-        f" Here {sum(zero) / len(zero) * 100:.0f}% of the isolated agents' groups had zero advantage "
-        "(all G rewards equal), which is what the filter removes."
-        if zero
-        else ""
-    )
-    lines.append(
-        f"- **A bigger tier and other tasks.** {config['tier']} on the `{config['tasks']}` tasks is a "
-        "~1M-parameter model on easy arithmetic and spelling; the paper's effect was measured on "
-        "Qwen2.5-0.5B with nine reasoning-gym tasks and 256-token completions. How much filtering "
-        f"and sharing help depends on how often whole groups score alike.{zero_text} The "
-        "`sapo-table` campaign preset runs the same arms on volunteers' GPUs."
     )
     return lines
 
@@ -612,16 +400,16 @@ def write_report(
         if name == BASELINE:
             gain = "(baseline)"
         elif base is not None and (c := by_pair.get((name, BASELINE))) is not None:
-            gain = f"{_pct(c.gain)} {_interval(c.gain_interval, 1, 100)}%"
+            gain = f"{format_pct(c.gain)} {format_interval(c.gain_interval, 1, 100)}%"
         else:
             gain = "n/a"
         paper = PAPER_CUMULATIVE.get(name)
         paper_cell = f"{paper:.2f}" if paper else "not run"
         paper_gain = (
-            "(baseline)" if name == BASELINE else _pct(paper / paper_base - 1) if paper else "not run"
+            "(baseline)" if name == BASELINE else format_pct(paper / paper_base - 1) if paper else "not run"
         )
         lines.append(
-            f"| {name} | {s.mean:.2f} {_interval(s.interval)} ({len(s.seeds)} seeds) | "
+            f"| {name} | {s.mean:.2f} {format_interval(s.interval)} ({len(s.seeds)} seeds) | "
             f"{s.first_reward:.3f} -> {s.last_reward:.3f} | {gain} | {paper_cell} | {paper_gain} |"
         )
     lines += [
@@ -653,9 +441,9 @@ def write_report(
             " (*pre-registered*)" if c.preregistered and not analysis.old_design else ""
         )
         lines.append(
-            f"| {label} | {c.mean:+.2f} {_interval(c.interval)} | {_pct(c.gain)} | "
-            f"{c.wins} of {len(c.seeds)} | {_p(c.p_value)}{'' if c.exact else ' (Monte-Carlo)'} | "
-            f"{_p(c.holm_p) if c.preregistered else '-'} |"
+            f"| {label} | {c.mean:+.2f} {format_interval(c.interval)} | {format_pct(c.gain)} | "
+            f"{c.wins} of {len(c.seeds)} | {format_p(c.p_value)}{'' if c.exact else ' (Monte-Carlo)'} | "
+            f"{format_p(c.holm_p) if c.preregistered else '-'} |"
         )
     mechanism = mechanism_rows(results, analysis, min(resamples, 2000))
     if mechanism:
