@@ -154,16 +154,17 @@ def test_two_multi_node_processes_share_keep_their_checkpoints_and_resume_after_
     logs = [tmp_path / "p0.log", tmp_path / "p1.log"]
     with asgi_server(tmp_path / "daphne.log") as url:
         procs = [worker_process(url, token, dirs[i], logs[i], "--nodes", "2") for i in range(2)]
-        # kill -9 the first process once each of its nodes has reported a round (and checkpointed it)
+        # kill -9 the first process once each of its nodes has checkpointed a round (a round is
+        # reported before its checkpoint is written: waiting for the report alone races it)
         deadline = time.monotonic() + WORKER_TIMEOUT
         while True:
             assert time.monotonic() < deadline and procs[0].poll() is None, logs[0].read_text()[-3000:]
             if (dirs[0] / "nodes" / "node-1" / "node.json").exists():
                 victims = node_ids_of(dirs[0], 2)
-                reported = RoundMetrics.objects.filter(campaign=campaign, node__node_id__in=victims)
-                if set(reported.values_list("node__node_id", flat=True)) == set(victims):
+                paths = node_data_dirs_checkpoints(dirs[0], campaign.pk, victims)
+                if all(path.exists() for path in paths):
                     break
-            time.sleep(0.1)
+            time.sleep(0.05)
         os.killpg(procs[0].pid, signal.SIGKILL)
         procs[0].wait()
         killed_at = {
