@@ -211,8 +211,9 @@ def test_planning_with_the_exact_test():
 
 
 def test_the_old_results_file_still_reports(tmp_path: Path):
-    """docs/experiments/sapo-table-cpu.json (issue #8's design) is read and labelled old."""
-    results = json.loads((Path(__file__).parents[3] / "docs/experiments/sapo-table-cpu.json").read_text())
+    """docs/experiments/issue-8/sapo-table-cpu.json (issue #8's design) is read and labelled old."""
+    path = Path(__file__).parents[3] / "docs/experiments/issue-8/sapo-table-cpu.json"
+    results = json.loads(path.read_text())
     path = tmp_path / "old.json"
     path.write_text(json.dumps(results))
     text = write_report(path, resamples=500).read_text()
