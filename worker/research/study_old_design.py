@@ -7,7 +7,15 @@ from typing import Any
 
 from worker.research.study import OLD_PRIMARY
 from worker.research.study_analysis import Analysis
-from worker.research.study_text import caveats, describe, format_p, format_pct, late_slope, seed_advice
+from worker.research.study_text import (
+    caveats,
+    describe,
+    format_p,
+    format_pct,
+    late_slope,
+    seed_advice,
+    trend_words,
+)
 
 
 def old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
@@ -93,13 +101,7 @@ def old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     lines.append(seed_advice(primary, analysis.family_size))
     slope = late_slope(results, analysis)
     if slope is not None:
-        trend = (
-            "still rising"
-            if slope > 0.001
-            else "falling"
-            if slope < -0.001
-            else "about flat (within 0.001 per round)"
-        )
+        trend = trend_words(slope)
         lines.append(
             f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
             f"(all arms) was {trend}: {slope:+.4f} per round. The paper ran 2000 rounds; sharing "

@@ -31,6 +31,7 @@ from worker.research.study_text import (
     late_slope,
     seed_advice,
     significant,
+    trend_words,
 )
 from worker.shared import stats
 
@@ -287,13 +288,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
     slope = late_slope(results, analysis)
     if slope is not None:
-        trend = (
-            "still rising"
-            if slope > 0.001
-            else "falling"
-            if slope < -0.001
-            else "about flat (within 0.001 per round)"
-        )
+        trend = trend_words(slope)
         lines.append(
             f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
             f"(all arms) was {trend}: {slope:+.4f} per round."

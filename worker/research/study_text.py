@@ -115,3 +115,14 @@ def late_slope(results: dict[str, Any], analysis: Analysis) -> float | None:
     xs = list(range(start, rounds))
     mx, my = sum(xs) / len(xs), sum(mean) / len(mean)
     return sum((x - mx) * (y - my) for x, y in zip(xs, mean, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def trend_words(slope: float) -> str:
+    """A late slope (reward per round) in words: rising, falling, or flat within 0.001."""
+    return (
+        "still rising"
+        if slope > 0.001
+        else "falling"
+        if slope < -0.001
+        else "about flat (within 0.001 per round)"
+    )
