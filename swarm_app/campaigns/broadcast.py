@@ -5,7 +5,9 @@ down delays a push but never loses a fact."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -51,3 +53,49 @@ def broadcast_refresh(campaign_id: int) -> None:
         log.warning(
             "could not ask dashboards of campaign %s to refresh (channel layer: %s)", campaign_id, error
         )
+
+
+class PointBatcher:
+    """Workers' new points, announced to each campaign's dashboards in one ``metrics.points``
+    group send per FLUSH_SECONDS (best effort, as every push here).
+
+    A group send per report held a database thread for a hop back to the event loop and several
+    Redis operations, 33 times a second at 1,000 volunteers; dashboards coalesce what they
+    receive over the same 0.25 s anyway (campaigns/consumers.py), so a viewer sees no difference.
+    """
+
+    FLUSH_SECONDS = 0.25
+
+    def __init__(self) -> None:
+        self.pending: dict[int, list[dict[str, Any]]] = {}
+        self._flusher: asyncio.Task | None = None
+
+    def add(self, campaign_id: int, point: dict[str, Any]) -> None:
+        self.pending.setdefault(campaign_id, []).append(point)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self.FLUSH_SECONDS)
+        await self.flush()
+
+    async def flush(self) -> None:
+        batch, self.pending = self.pending, {}
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        for campaign_id, points in batch.items():
+            try:
+                await layer.group_send(
+                    campaign_group(campaign_id), {"type": "metrics.points", "points": points}
+                )
+            except Exception as error:  # the dashboard catches up on its next table refresh
+                log.warning(
+                    "could not announce %d points of campaign %s (channel layer: %s)",
+                    len(points),
+                    campaign_id,
+                    error,
+                )
+
+
+POINTS = PointBatcher()

@@ -1,7 +1,7 @@
 """The campaign page's live feed, ``/ws/campaigns/<id>/``.
 
 The socket joins the campaign's group (``campaign-<id>``), where every stored metrics report
-announces itself (``metrics.point``, swarm_app/campaigns/metrics.py). It does not forward those
+is announced (``metrics.points``, a batch of them: swarm_app/campaigns/broadcast.py). It does not forward those
 events: with a thousand workers that would be a thousand messages per round per viewer.
 Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
 
@@ -78,12 +78,13 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             self.watched = set(sorted(self.watched)[:MAX_WATCHED])
 
     # --- group events ----------------------------------------------------------------------
-    async def metrics_point(self, event: dict[str, Any]) -> None:
-        self.keys.add((event["tier"], event["arm"], int(event["round"])))
-        if event["agent"] in self.watched:
-            self.agent_points.append(
-                {"agent": event["agent"], "round": event["round"], "reward": event["reward"]}
-            )
+    async def metrics_points(self, event: dict[str, Any]) -> None:
+        for point in event["points"]:
+            self.keys.add((point["tier"], point["arm"], int(point["round"])))
+            if point["agent"] in self.watched:
+                self.agent_points.append(
+                    {"agent": point["agent"], "round": point["round"], "reward": point["reward"]}
+                )
         self.tables_due = True
         self.wake.set()
 

@@ -22,26 +22,30 @@ from worker.shared.protocol import ErrorCode, ProtocolError, clean_metrics
 log = logging.getLogger(__name__)
 
 
+def point(row: RoundMetrics) -> dict[str, Any]:
+    """A stored report as the dashboards' ``metrics.points`` event lists it."""
+    return {"arm": row.arm, "tier": row.tier, "agent": row.agent, "round": row.round, "reward": row.reward}
+
+
 def broadcast(campaign_id: int, row: RoundMetrics) -> None:
-    """Tell the campaign's dashboards about a new point (best effort: never fails a report)."""
+    """Tell the campaign's dashboards about a control's new point, from sync code (a Celery
+    task; best effort: never fails a report). Workers' reports are announced in batches by the
+    coordinator instead (broadcast.PointBatcher)."""
     layer = get_channel_layer()
     if layer is None:
         return
-    event = {
-        "type": "metrics.point",
-        "arm": row.arm,
-        "tier": row.tier,
-        "agent": row.agent,
-        "round": row.round,
-        "reward": row.reward,
-    }
     try:
-        async_to_sync(layer.group_send)(campaign_group(campaign_id), event)
+        async_to_sync(layer.group_send)(
+            campaign_group(campaign_id), {"type": "metrics.points", "points": [point(row)]}
+        )
     except Exception as error:  # the dashboard catching up on reload is fine; losing the report is not
         log.warning("could not broadcast metrics of campaign %s (channel layer: %s)", campaign_id, error)
 
 
 def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetrics:
+    """Store a worker's report for ``round`` under its verified reward; the caller announces it
+    (the coordinator's consumer, in batches: a group send per report cost a hop from the database
+    thread back to the event loop and several Redis operations while holding that thread)."""
     from swarm_app.coordinator import sql
     from swarm_app.coordinator.models import PoolRollout, WorkerNode
 
@@ -94,7 +98,6 @@ def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetri
             ErrorCode.INVALID_MESSAGE,
             f"metrics for round {round}: no verified rollouts of this node in that round",
         )
-    broadcast(node.campaign_id, row)
     return row
 
 

@@ -17,7 +17,7 @@ from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from swarm_app.campaigns.broadcast import worker_group
+from swarm_app.campaigns.broadcast import POINTS, worker_group
 from swarm_app.coordinator import groups, leases, pool, sessions, submissions
 from swarm_app.coordinator.database import db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
@@ -230,9 +230,10 @@ class WorkerConsumer(AsyncWebsocketConsumer):
         return "samples", {"rollouts": records}
 
     async def on_metrics(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        from swarm_app.campaigns.metrics import record_node_metrics
+        from swarm_app.campaigns.metrics import point, record_node_metrics
 
-        await db(record_node_metrics)(self.node, fields["round"], fields["metrics"])
+        row = await db(record_node_metrics)(self.node, fields["round"], fields["metrics"])
+        POINTS.add(self.node.campaign_id, point(row))
         return "metrics_ack", {"round": fields["round"]}
 
     async def on_heartbeat(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ SENDER = """
 import asyncio, django
 django.setup()
 from channels.layers import get_channel_layer
-asyncio.run(get_channel_layer().group_send("campaign-test", {"type": "metrics.point", "round": 7}))
+asyncio.run(get_channel_layer().group_send("campaign-test", {"type": "metrics.points", "points": [{"round": 7}]}))
 """
 
 
@@ -38,7 +38,7 @@ def test_group_message_crosses_processes(db):
         await layer.group_discard("campaign-test", channel)
         return message
 
-    assert asyncio.run(scenario()) == {"type": "metrics.point", "round": 7}
+    assert asyncio.run(scenario()) == {"type": "metrics.points", "points": [{"round": 7}]}
 
 
 def test_discarded_members_get_nothing_and_direct_sends_arrive(db):

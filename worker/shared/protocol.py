@@ -325,6 +325,17 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _NUL_ESCAPE_BYTES = re.compile(_NUL_ESCAPE.pattern.encode())
 
 
+def _has_nul_escape(raw: str | bytes) -> bool:
+    """Whether the frame escapes U+0000. The regex tries every position of the frame (its
+    lookbehind gives the engine no literal to skip to): ~3 ms on a 36 KB submission, the largest
+    single cost of parsing one (py-spy of daphne, issue #15). A substring search first (~40 us)
+    settles almost every frame; only a frame that contains the six characters runs the regex,
+    which tells an escaped backslash before "u0000" from a NUL."""
+    if isinstance(raw, bytes):
+        return b"\\u0000" in raw and _NUL_ESCAPE_BYTES.search(raw) is not None
+    return "\\u0000" in raw and _NUL_ESCAPE.search(raw) is not None
+
+
 class _IdOnly(Struct):
     id: Any = None
 
@@ -355,7 +366,7 @@ def parse(raw: str | bytes, direction: str) -> Message:
         raise ProtocolError(
             ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}"
         )
-    if (_NUL_ESCAPE_BYTES if isinstance(raw, bytes) else _NUL_ESCAPE).search(raw) is not None:
+    if _has_nul_escape(raw):
         nul = ProtocolError(ErrorCode.INVALID_MESSAGE, "text must not contain U+0000 (NUL)")
         raise _with_id(nul, raw)
     try:
