@@ -3,7 +3,9 @@
 N simulated volunteers (bench/coordinator.py's cheap clients: canned, truthfully scored rollouts
 of realistic size, no model) connect over real websockets to one real daphne process and each
 does what a worker does: a round every ``--round-seconds`` (default 30 s: lease, submit 8
-questions x G = 8, sample J = 4, metrics) and a heartbeat every 10 s in between, each
+questions x G = 8, sample J = 4, metrics) and a heartbeat once 10 s pass without an answered
+request (the worker client's rule, worker/client/connection.py: two per such round; with
+``--heartbeats fixed``, every 10 s whatever else was sent, as the client did before: three), each
 volunteer starting at a random point of its period so that the offered load is flat
 (N / round_seconds rounds a second). A ``busy`` answer is waited out as the worker client does
 (``retry_after`` plus 0-50% jitter, same connection); a dropped connection reconnects, says
@@ -79,7 +81,14 @@ async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict
 
 
 async def volunteer(
-    url: str, token: str, node_id: str, mix, round_seconds: float, until: float, tally: Tally
+    url: str,
+    token: str,
+    node_id: str,
+    mix,
+    round_seconds: float,
+    until: float,
+    tally: Tally,
+    heartbeats_fixed: bool = False,
 ) -> None:
     import websockets
 
@@ -95,9 +104,12 @@ async def volunteer(
                 url + "/ws/worker/", max_size=16 * 1024 * 1024, open_timeout=60
             ) as ws:
                 lock = asyncio.Lock()
+                answered = [time.monotonic()]  # when a request of this connection was last answered
 
-                async def request(kind: str, ws=ws, lock=lock, **fields) -> dict:
-                    return await exchange(ws, lock, tally, kind, fields)
+                async def request(kind: str, ws=ws, lock=lock, answered=answered, **fields) -> dict:
+                    reply = await exchange(ws, lock, tally, kind, fields)
+                    answered[0] = time.monotonic()
+                    return reply
 
                 welcome = await request("hello", **hello)
                 if welcome["type"] != "welcome":
@@ -106,10 +118,14 @@ async def volunteer(
                 tally.connected += 1
                 try:
 
-                    async def heartbeats() -> None:
+                    async def heartbeats(answered=answered) -> None:
                         while True:
-                            await asyncio.sleep(HEARTBEAT_SECONDS)
-                            await request("heartbeat")
+                            quiet = time.monotonic() - answered[0]
+                            if heartbeats_fixed or quiet >= HEARTBEAT_SECONDS:
+                                await asyncio.sleep(HEARTBEAT_SECONDS if heartbeats_fixed else 0)
+                                await request("heartbeat")
+                            else:  # the worker client's rule: none while requests are answered
+                                await asyncio.sleep(HEARTBEAT_SECONDS - quiet)
 
                     beating = asyncio.ensure_future(heartbeats())
                     try:
@@ -152,7 +168,13 @@ async def volunteer(
             await asyncio.sleep(random.uniform(0.5, 2.0))
 
 
-def run(volunteers: int, seconds: float, round_seconds: float, round_floor_ms: float) -> dict:
+def run(
+    volunteers: int,
+    seconds: float,
+    round_seconds: float,
+    round_floor_ms: float,
+    heartbeats_fixed: bool = False,
+) -> dict:
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
@@ -175,7 +197,9 @@ def run(volunteers: int, seconds: float, round_seconds: float, round_floor_ms: f
         async def main() -> tuple[dict, dict, float, float]:
             until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
             tasks = [
-                asyncio.ensure_future(volunteer(url, token, f"v{i}", mix, round_seconds, until, tally))
+                asyncio.ensure_future(
+                    volunteer(url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed)
+                )
                 for i in range(volunteers)
             ]
             await asyncio.sleep(ramp)
@@ -246,6 +270,13 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=120.0, help="steady window per run")
     parser.add_argument("--round-seconds", type=float, default=30.0, help="a volunteer's round period")
+    parser.add_argument(
+        "--heartbeats",
+        choices=["client", "fixed"],
+        default="client",
+        help="client: after 10 s without an answered request (the worker client's rule, default); "
+        "fixed: every 10 s whatever else was sent (the client before issue #15's second pass)",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
@@ -253,7 +284,7 @@ def main() -> None:
     with contextlib.redirect_stdout(sys.stderr):
         round_floor = floor()
     for volunteers in args.volunteers or [1000]:
-        run(volunteers, args.seconds, args.round_seconds, round_floor)
+        run(volunteers, args.seconds, args.round_seconds, round_floor, args.heartbeats == "fixed")
 
 
 if __name__ == "__main__":

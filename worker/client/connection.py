@@ -153,6 +153,7 @@ class Connection:
         self._fatal: FatalError | None = None
         self._finished: CampaignFinished | None = None
         self._closing = False
+        self._answered_at = 0.0  # loop time of the last reply to one of this worker's requests
 
     # --- lifecycle (main thread) ---------------------------------------------------------------
 
@@ -468,6 +469,7 @@ class Connection:
             if code in FATAL_CODES:
                 self._set_fatal(FatalError(code, text))
         if message.reply_to is not None and message.reply_to in self._pending:
+            self._answered_at = asyncio.get_running_loop().time()
             _, future = self._pending[message.reply_to]
             if not future.done():
                 future.set_result(message)
@@ -486,9 +488,20 @@ class Connection:
             self._notify()
 
     async def _heartbeats(self, conn: ClientConnection) -> None:
+        """A heartbeat once ``heartbeat_seconds`` pass without an answered request.
+
+        Any message proves the node alive to the coordinator (swarm_app/coordinator/presence.py)
+        and an answer proves this connection alive, so a worker that is talking anyway sends no
+        heartbeat: each one costs the coordinator about as much CPU as a lease request's
+        transport (bench/messages.py), and at a 30 s round, one in three was redundant."""
         timeout = max(10.0, 2 * self.heartbeat_seconds)
+        loop = asyncio.get_running_loop()
+        self._answered_at = loop.time()  # the welcome
         while True:
-            await asyncio.sleep(self.heartbeat_seconds)
+            quiet = loop.time() - self._answered_at
+            if quiet < self.heartbeat_seconds:
+                await asyncio.sleep(self.heartbeat_seconds - quiet)
+                continue
             try:
                 message = await self._exchange(conn, "heartbeat", {}, timeout)
             except TimeoutError:

@@ -190,7 +190,7 @@ class MetricsReport(_Message, tag="metrics"):
 
 
 class Heartbeat(_Message, tag="heartbeat"):
-    """Liveness; send every `heartbeat_seconds`."""
+    """Liveness; send after `heartbeat_seconds` without an answer to any other request."""
 
 
 class Release(_Message, tag="release"):

@@ -696,6 +696,20 @@ def test_heartbeats_flow_while_the_main_thread_is_busy() -> None:
         assert fake.counts["heartbeat"] >= 2
 
 
+def test_no_heartbeat_while_requests_are_answered_and_heartbeats_again_when_quiet() -> None:
+    """Any answered request proves both ends alive: a worker that talks sends no heartbeat."""
+    with FakeCoordinator(heartbeat_seconds=1.0) as fake, transport_for(fake) as transport:
+        transport.start(timeout=10)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # a request every 0.3 s, three heartbeat periods long
+            transport.sample_external("node-a", 0, 1, "uniform")
+            time.sleep(0.3)
+        talking = fake.counts["heartbeat"]
+        time.sleep(2.6)
+        assert talking == 0 and fake.counts["sample_request"] >= 9
+        assert fake.counts["heartbeat"] >= 2  # quiet again: heartbeats every period
+
+
 @pytest.fixture
 def restore_logging() -> Any:
     """`swarm-worker join` configures logging for its process; put the test process's back."""

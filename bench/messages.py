@@ -1,0 +1,141 @@
+"""Where a round's server CPU goes: daphne and PostgreSQL CPU per message type.
+
+One simulated worker (bench/coordinator.py's cheap client) does ``--rounds`` whole rounds in
+sequence against one real daphne process on the configured database: lease, submit 8 x 8,
+sample J = 4, metrics, and two heartbeats (the protocol's pace: a 30 s round whose requests are
+answered within its first second, then a heartbeat after each 10 s without an answered request,
+worker/client/connection.py; the third would fall on the next round's lease). The server side's CPU (daphne + PostgreSQL processes, /proc through psutil) is
+read around every request and summed per type. /proc counts in clock ticks (10 ms), so a single
+request's figure is 0 or a tick; summed over a few hundred requests the mean is what matters.
+
+The baseline, in the same run and on the same server: the bare echo endpoint, sent frames of
+each type's request size as many times (``echo_ms``: what the transport alone costs for such a
+frame). Each type's line:
+
+    message=submit n=150 daphne_ms=... postgres_ms=... echo_ms=... ratio=...
+
+where ratio = echo_ms / (daphne_ms + postgres_ms): the share of that message's server CPU that
+the websocket transport of its frame alone would need (1.0 would mean the coordinator's own work
+is free). Then one line for a round: ``round server_ms=... floor_ms=... floor_ratio=...`` with
+bench/coordinator.py's floor measured in the same run (as bench/capacity.py's floor_ratio, but
+with one client, so with no queueing, lock waits or busy replies in it).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
+        SECRET_KEY=bench .venv/bin/python bench/messages.py [--rounds 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._django import setup_django
+
+ROUND = ["lease_request", "submit", "sample_request", "metrics", "heartbeat", "heartbeat"]
+
+
+async def measure(url: str, token: str, mix, rounds: int, cpu) -> dict[str, dict[str, float]]:
+    import websockets
+
+    from bench.coordinator import hello_fields, rollouts_for
+    from worker.shared.protocol import encode
+
+    totals = {kind: {"daphne": 0.0, "postgres": 0.0, "n": 0, "bytes": 0} for kind in dict.fromkeys(ROUND)}
+    async with websockets.connect(url + "/ws/worker/", max_size=16 * 1024 * 1024) as ws:
+
+        async def request(kind: str, **fields) -> dict:
+            frame = encode(kind, id="1", **fields)
+            before = cpu.sample()
+            await ws.send(frame)
+            reply = json.loads(await ws.recv())
+            while "reply_to" not in reply:  # a push, not the reply
+                reply = json.loads(await ws.recv())
+            spent = type(cpu).spent(before, cpu.sample())
+            total = totals[kind]
+            total["daphne"] += spent["daphne"]
+            total["postgres"] += spent["postgres"]
+            total["n"] += 1
+            total["bytes"] += len(frame.encode())
+            return reply
+
+        await ws.send(encode("hello", id="1", **hello_fields(token, "messages-0")))
+        welcome = json.loads(await ws.recv())
+        assert welcome["type"] == "welcome", welcome
+        await asyncio.sleep(1.0)
+        for number in range(rounds):
+            lease = await request("lease_request", round=number)
+            assert lease["type"] == "lease", lease
+            rollouts = rollouts_for(lease, "messages-0", mix)
+            ack = await request(
+                "submit", submission_id=f"m-{number}", lease_id=lease["lease_id"], rollouts=rollouts
+            )
+            assert ack["type"] == "submit_ack", ack
+            assert (await request("sample_request", round=number, count=4))["type"] == "samples"
+            assert (await request("metrics", round=number, metrics={"loss": 0.1}))["type"] == "metrics_ack"
+            for _ in range(ROUND.count("heartbeat")):
+                assert (await request("heartbeat"))["type"] == "heartbeat_ack"
+    return totals
+
+
+async def echo_ms(url: str, size: int, count: int, cpu) -> float:
+    """Server CPU per echo of a ``size``-byte text frame (milliseconds)."""
+    import websockets
+
+    payload = "x" * size
+    spent_ms = 0.0
+    async with websockets.connect(url + "/ws/echo/", max_size=16 * 1024 * 1024) as ws:
+        for _ in range(count):
+            before = cpu.sample()
+            await ws.send(payload)
+            await ws.recv()
+            spent = type(cpu).spent(before, cpu.sample())
+            spent_ms += 1000 * (spent["daphne"] + spent["postgres"])
+    return spent_ms / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=150)
+    args = parser.parse_args()
+    setup_django()
+    from django.db import connection
+
+    from bench.coordinator import ServerCpu, floor, make_campaign
+    from tests.servers import asgi_server
+
+    with contextlib.redirect_stdout(sys.stderr):
+        floor_ms = floor()
+    campaign, token = make_campaign(f"bench-messages-{time.time():.0f}")
+    cpu = ServerCpu(connection.vendor == "postgresql")
+    with asgi_server(
+        Path(tempfile.mkdtemp()) / "daphne.log",
+        SWARM_BENCH_ECHO="1",
+        WORKER_RATE_PER_SECOND="1000",
+        WORKER_RATE_BURST="1000",
+    ) as base:
+        url = base.replace("http", "ws", 1)
+        totals = asyncio.run(measure(url, token, campaign.settings.mix, args.rounds, cpu))
+        round_ms = 0.0
+        for kind, total in totals.items():
+            n = total["n"]
+            daphne_ms, postgres_ms = 1000 * total["daphne"] / n, 1000 * total["postgres"] / n
+            echo = asyncio.run(echo_ms(url, int(total["bytes"] / n), n, cpu))
+            round_ms += ROUND.count(kind) * (daphne_ms + postgres_ms)
+            print(
+                f"message={kind} n={n} bytes={total['bytes'] / n:.0f} daphne_ms={daphne_ms:.3f} "
+                f"postgres_ms={postgres_ms:.3f} echo_ms={echo:.3f} ratio={echo / max(1e-9, daphne_ms + postgres_ms):.2f}"
+            )
+    print(f"round server_ms={round_ms:.2f} floor_ms={floor_ms:.2f} floor_ratio={floor_ms / round_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()
