@@ -33,7 +33,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from worker.client.address import normalise_url
-from worker.client.connection import Backoff
+from worker.client.backoff import Backoff
 from worker.client.errors import CampaignFinished, FatalError, LeaseLost, SubmissionRejected
 from worker.client.identity import (
     IdentityError,
