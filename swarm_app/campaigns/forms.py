@@ -262,6 +262,13 @@ class CampaignForm(forms.Form):
         max_value=10,
         help_text="of the completions (default 1.0): lower is less varied, fewer groups with an advantage",
     )
+    external_is_correction = forms.BooleanField(
+        label="Correct external rollouts for being off-policy",
+        required=False,
+        help_text="each same-tier external token weighted by min(π_receiver / π_generator, 3), truncated "
+        "importance sampling; workers then share their completions' token ids and log-probs (larger "
+        "records, workers of this version or later)",
+    )
     public = forms.BooleanField(
         label="Public page (anyone may watch)",
         required=False,
@@ -326,6 +333,7 @@ class CampaignForm(forms.Form):
             "num_iterations": grpo["num_iterations"],
             "max_new_tokens": config.max_new_tokens,
             "temperature": grpo["temperature"],
+            "external_is_correction": grpo["external_importance_sampling_correction"],
             "public": True,
             "launch_now": preset == "cpu-demo",
             "local_workers": 0,
@@ -423,6 +431,9 @@ class CampaignForm(forms.Form):
                 grpo[key] = data[key]
         if data.get("learning_rate") is not None:
             grpo["learning_rate"] = data["learning_rate"]
+        correction = "external_importance_sampling_correction"
+        if correction in base.grpo or data["external_is_correction"]:
+            grpo[correction] = data["external_is_correction"]
         values = {
             **base.to_json(),
             "tasks": tasks,

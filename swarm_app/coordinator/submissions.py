@@ -84,6 +84,10 @@ def pool_record(rollout: Rollout) -> dict[str, Any]:
     """
     data = msgspec.structs.asdict(rollout)
     data["ref"] = rollout.ref.to_json()
+    if rollout.behaviour is None:
+        del data["behaviour"]
+    else:
+        data["behaviour"] = msgspec.structs.asdict(rollout.behaviour)
     return data
 
 
@@ -322,7 +326,8 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
                 )
         verified.append(true_rewards)
 
-    scale = config.grpo_config(node.tier).scale_rewards
+    grpo = config.grpo_config(node.tier)
+    scale = grpo.scale_rewards
     ack = {
         "submission_id": submission_id,
         "lease_id": lease_id,
@@ -332,6 +337,10 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
     for rollout, true_rewards in zip(rollouts, verified, strict=True):
         rollout.rewards = true_rewards
         rollout.advantages = group_advantages(true_rewards, scale)
+        if not grpo.external_importance_sampling_correction:
+            # Nobody in this campaign corrects for it: not kept (it is most of a record's size),
+            # and without it the record is the version 1 layout that every worker reads.
+            rollout.behaviour, rollout.schema_version = None, 1
     try:
         stored = _store(node, lease, submission_id, ack, rollouts)
     except IntegrityError:

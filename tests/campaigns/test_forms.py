@@ -70,6 +70,12 @@ def test_a_valid_form_creates_a_pending_campaign_with_those_settings(staff):
         2,
     )
     assert config.grpo == {"num_iterations": 2, "learning_rate": 0.0003}  # defaults are not stored
+    # The off-policy correction is stored only when chosen, and reaches the workers' GRPOConfig.
+    response = staff.post(reverse("campaign-new"), form_data(name="corrected", external_is_correction="on"))
+    assert response.status_code == 302, response.context["form"].errors
+    corrected = Campaign.objects.get(name="corrected").settings
+    assert corrected.grpo == {"num_iterations": 2, "external_importance_sampling_correction": True}
+    assert corrected.grpo_config("tiny-1m").external_importance_sampling_correction
     assert config.controls == ControlsConfig(isolated=True, filtered=True, seeds=1)
     assert config.max_new_tokens == 8 and config.rounds == 5
 

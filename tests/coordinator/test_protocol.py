@@ -385,6 +385,7 @@ def test_coordinator_scoring_and_records_match_the_worker_definitions():
     from swarm_app.coordinator.submissions import pool_record, verified_rewards
     from worker.shared.questions import TaskSpec, preset, question, ref_at
     from worker.shared.rewards import RewardConfig
+    from worker.shared.rollout import Behaviour
 
     mixes = [preset("cpu"), TaskMix((TaskSpec("basic_arithmetic"), TaskSpec("propositional_logic")))]
     for mix in mixes:
@@ -419,6 +420,11 @@ def test_coordinator_scoring_and_records_match_the_worker_definitions():
                 truncated=[False] * len(completions),
             )
             assert pool_record(rollout) == rollout.to_json()
+            assert json.dumps(pool_record(rollout)) == json.dumps(rollout.to_json())
+            rollout.behaviour = Behaviour(
+                prompt_ids=[1], completion_ids=[[2]] * len(completions), logp=[[-0.5]] * len(completions)
+            )
+            rollout.schema_version = 2
             assert json.dumps(pool_record(rollout)) == json.dumps(rollout.to_json())
 
 

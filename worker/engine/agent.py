@@ -42,13 +42,13 @@ import torch
 from worker.engine.checkpoint import load_checkpoint, save_checkpoint
 from worker.engine.generation.base import GenerationBackend
 from worker.engine.trainer import GRPOLearner, TrainSample
-from worker.engine.transport import Behaviour, Lease, Transport
+from worker.engine.transport import Lease, Transport
 from worker.shared.advantages import group_advantages, reward_std
 from worker.shared.config import AgentConfig, stable_seed
 from worker.shared.prompts import render_prompt
 from worker.shared.questions import TaskMix
 from worker.shared.rewards import RewardConfig, rewards
-from worker.shared.rollout import Rollout
+from worker.shared.rollout import Behaviour, Rollout
 from worker.shared.sampling import assemble_batch, qualifies
 
 
@@ -136,6 +136,10 @@ class Agent:
             groups.append(
                 _LocalGroup(rollout, prompt_ids, [s.token_ids for s in group], [s.logprobs for s in group])
             )
+        # Everyone in the campaign corrects external rollouts: ours carry what that needs. (A
+        # transport with ``pool = None`` is the in-process isolated arm: nobody receives them.)
+        if cfg.grpo.external_importance_sampling_correction and getattr(self.transport, "pool", True):
+            self._attach_behaviour(groups)
         verified = self.transport.submit(lease, [g.rollout for g in groups])
         by_id = {r.rollout_id: r for r in verified}
         for g in groups:  # train on the swarm's verified rewards, never on our own claim
@@ -161,9 +165,6 @@ class Agent:
                 calls += 1
                 informative += sum(qualifies(g.rollout, cfg.local_strategy) for g in more)
         self._local = groups
-        shared = getattr(self.transport, "pool", None) is not None  # someone may train on them
-        if cfg.grpo.external_importance_sampling_correction and shared:
-            self._publish_behaviour(groups)
         generated = sum(len(ids) for g in groups for ids in g.completion_ids)
         self._generation = {
             "generation_time": generation_time,
@@ -176,16 +177,19 @@ class Agent:
         }
         return lease
 
-    def _publish_behaviour(self, groups: list[_LocalGroup]) -> None:
-        """The generator's per-token log-probs of its own completions (this policy, before its
-        update), published to the in-process pool for the off-policy correction of receivers."""
+    def _attach_behaviour(self, groups: list[_LocalGroup]) -> None:
+        """The generator's token ids and per-token log-probs of its completions (this policy,
+        before its update), in each rollout record (schema version 2), for the receivers'
+        off-policy correction (worker/shared/rollout.py, Behaviour)."""
         samples = [TrainSample(g.prompt_ids, ids, 0.0) for g in groups for ids in g.completion_ids]
         logps = iter(self.learner.score(samples)) if samples else iter(())
         for g in groups:
-            behaviour = Behaviour(
-                self.tier, g.prompt_ids, g.completion_ids, [next(logps) for _ in g.completion_ids]
+            g.rollout.behaviour = Behaviour(
+                prompt_ids=list(g.prompt_ids),
+                completion_ids=[list(ids) for ids in g.completion_ids],
+                logp=[list(next(logps)) for _ in g.completion_ids],
             )
-            self.transport.publish_behaviour(g.rollout.rollout_id, behaviour)  # type: ignore[attr-defined]
+            g.rollout.schema_version = 2
 
     # --- steps 4-7 -------------------------------------------------------------------------
     def train_phase(self) -> dict[str, float]:
@@ -321,14 +325,12 @@ class Agent:
 
     def _behaviour(self, rollout: Rollout) -> Behaviour | None:
         """The generator's tokens and log-probs of an external rollout, when the correction is on,
-        the transport knows them (the in-process pool) and the generator shares our tokenizer."""
+        the record carries them and the generator shares our tokenizer (the same tier)."""
         if not self.config.grpo.external_importance_sampling_correction:
             return None
-        lookup = getattr(self.transport, "behaviour", None)
-        behaviour = lookup(rollout.rollout_id) if lookup is not None else None
-        if behaviour is None or behaviour.tokenizer != self.tier:
+        if rollout.behaviour is None or rollout.tier != self.tier:
             return None
-        return behaviour
+        return rollout.behaviour
 
     def _reward_metrics(self) -> dict[str, float]:
         """TRL-named statistics of this round's own completions, on verified rewards.

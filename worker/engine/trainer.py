@@ -12,11 +12,11 @@ act; with mu = 1 the ratio is exactly 1 and only the advantage-weighted log-like
 Samples that carry the sampler's own log-probs (``sampler_logp``: vLLM's, for local rollouts)
 are weighted by TRL's truncated importance-sampling ratio exp(old_logp - sampler_logp), capped
 (``vllm_importance_sampling_*`` in GRPOConfig); the others (transformers' samples, which the
-learner's module itself produced, and external rollouts, which travel as text) get weight 1.
+learner's module itself produced, and external rollouts without the correction below) get weight 1.
 
-Off-policy external rollouts (opt-in, ``external_importance_sampling_correction``; the
-in-process simulator only, since rollouts travel as text without log-probs): an external
-sample that carries its generator's per-token log-probs (``behaviour_logp``) is weighted by
+Off-policy external rollouts (opt-in, ``external_importance_sampling_correction``; the record
+carries them, worker/shared/rollout.py's Behaviour): an external sample that carries its
+generator's per-token log-probs (``behaviour_logp``) is weighted by
 min(exp(old_logp - behaviour_logp), ``external_importance_sampling_clip_max``), truncated
 importance sampling from the generator's policy to this one; its statistics are the
 ``sampling/external_*`` metrics.

@@ -50,16 +50,6 @@ class Transport(Protocol):
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None: ...
 
 
-@dataclass
-class Behaviour:
-    """What the generator of a rollout knew: its tokenizer, token ids and per-token log-probs."""
-
-    tokenizer: str  # the generator's tier; a receiver uses the ids only under the same tokenizer
-    prompt_ids: list[int]
-    completion_ids: list[list[int]]
-    logp: list[list[float]]
-
-
 class RolloutPool:
     """The shared pool of the in-process swarm: verified rollouts of every agent.
 
@@ -71,17 +61,9 @@ class RolloutPool:
     def __init__(self, window: int = 256) -> None:
         self.window = window
         self.rollouts: deque[Rollout] = deque(maxlen=window)
-        # In-process only (never serialised): the generator's token ids and per-token log-probs
-        # of a rollout, by rollout id, for the opt-in off-policy correction of external
-        # rollouts (GRPOConfig.external_importance_sampling_correction). Rollouts travel as text.
-        self.behaviour: dict[str, Behaviour] = {}
 
     def add(self, rollouts: list[Rollout]) -> None:
         self.rollouts.extend(rollouts)
-        if self.behaviour:
-            live = {r.rollout_id for r in self.rollouts}
-            for key in [k for k in self.behaviour if k not in live]:
-                del self.behaviour[key]
 
     def sample(self, agent_id: str, count: int, strategy: str, rng: random.Random) -> list[Rollout]:
         candidates = [r for r in self.rollouts if r.agent_id != agent_id]
@@ -141,14 +123,6 @@ class LocalTransport:
             return []
         rng = random.Random(f"{self.seed}:{agent_id}:{round}:external")
         return self.pool.sample(agent_id, count, strategy, rng)
-
-    def publish_behaviour(self, rollout_id: str, behaviour: Behaviour) -> None:
-        """Keep a shared rollout's generator tokens and log-probs (in-process pool only)."""
-        if self.pool is not None:
-            self.pool.behaviour[rollout_id] = behaviour
-
-    def behaviour(self, rollout_id: str) -> Behaviour | None:
-        return self.pool.behaviour.get(rollout_id) if self.pool is not None else None
 
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
         self.reports.append(metrics)

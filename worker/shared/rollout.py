@@ -25,11 +25,15 @@ from msgspec import Meta
 from worker.shared import validation
 from worker.shared.questions import QuestionRef
 
-SCHEMA_VERSION = 1
+# The newest record layout this code reads and writes. Version 2 adds the optional ``behaviour``;
+# a record without it stays version 1, so that workers that read only version 1 can still train on
+# it (a campaign that turns the off-policy correction on needs workers that read version 2).
+SCHEMA_VERSION = 2
 MAX_COMPLETIONS = 64  # G
 MAX_TEXT_CHARS = 32_000  # one question, answer or completion
 MAX_NAME_CHARS = 200  # agent id, tier, rollout id
 MAX_METADATA_CHARS = 64_000
+MAX_TOKEN_IDS = 32_000  # a prompt's or a completion's token ids in ``behaviour``
 
 Text = Annotated[str, Meta(max_length=MAX_TEXT_CHARS)]
 Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
@@ -37,6 +41,25 @@ Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 
 class RolloutError(ValueError):
     """A rollout record that does not match the schema; the message names the field."""
+
+
+TokenIds = Annotated[list[Annotated[int, Meta(ge=0)]], Meta(max_length=MAX_TOKEN_IDS)]
+
+
+class Behaviour(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What the generator knew of its completions: its token ids and per-token log-probs.
+
+    Carried only in campaigns that turn on the off-policy correction of external rollouts
+    (GRPOConfig.external_importance_sampling_correction): a receiver with the same tokenizer (the
+    rollout's ``tier``) trains on these ids and weights each token by
+    min(exp(logp_receiver_old - logp), cap), truncated importance sampling from the generator's
+    policy to its own (worker/engine/trainer.py). ``completion_ids[g]`` and ``logp[g]`` belong to
+    ``completions[g]`` and have ``completion_tokens[g]`` entries each.
+    """
+
+    prompt_ids: TokenIds
+    completion_ids: list[TokenIds]
+    logp: list[Annotated[list[float], Meta(max_length=MAX_TOKEN_IDS)]]
 
 
 class Rollout(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -60,7 +83,8 @@ class Rollout(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     completion_tokens: list[Annotated[int, Meta(ge=0)]]
     truncated: list[bool]
     rollout_id: Name = msgspec.field(default_factory=lambda: uuid.uuid4().hex)
-    schema_version: Literal[1] = SCHEMA_VERSION
+    behaviour: Behaviour | None = None  # needs schema_version 2; see Behaviour
+    schema_version: Literal[1, 2] = 1
 
     def __post_init__(self) -> None:
         size = len(self.completions)
@@ -73,6 +97,26 @@ class Rollout(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                     raise ValueError(f"{name}[{i}]: invalid value {value!r}")
         if len(repr(self.metadata)) > MAX_METADATA_CHARS:
             raise ValueError(f"metadata: larger than {MAX_METADATA_CHARS} characters")
+        if self.behaviour is not None:
+            self._check_behaviour(self.behaviour)
+
+    def _check_behaviour(self, behaviour: Behaviour) -> None:
+        if self.schema_version < 2:
+            raise ValueError("behaviour: needs schema_version 2")
+        for name in ("completion_ids", "logp"):
+            if len(getattr(behaviour, name)) != len(self.completions):
+                raise ValueError(
+                    f"behaviour.{name}: expected {len(self.completions)} lists, one per completion"
+                )
+        for g, (ids, logp) in enumerate(zip(behaviour.completion_ids, behaviour.logp, strict=True)):
+            if not len(ids) == len(logp) == self.completion_tokens[g]:
+                raise ValueError(
+                    f"behaviour[{g}]: {len(ids)} token ids and {len(logp)} log-probs for "
+                    f"completion_tokens {self.completion_tokens[g]}"
+                )
+            for t, value in enumerate(logp):
+                if not (math.isfinite(value) and value <= 1e-3):  # a log-probability is <= 0
+                    raise ValueError(f"behaviour.logp[{g}][{t}]: invalid log-probability {value!r}")
 
     @property
     def group_size(self) -> int:
@@ -88,7 +132,10 @@ class Rollout(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return sum(self.rewards) / len(self.rewards)
 
     def to_json(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+        data = msgspec.to_builtins(self)
+        if self.behaviour is None:
+            del data["behaviour"]  # the version 1 layout, exactly
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> Rollout:

@@ -5,6 +5,8 @@ generator log-probs are the generator's own."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from worker.research.simulate import SimulationConfig, Swarm
@@ -18,6 +20,7 @@ from worker.shared.arms import (
 )
 from worker.shared.config import AgentConfig, GRPOConfig
 from worker.shared.questions import preset
+from worker.shared.rollout import Rollout
 from worker.shared.tiers import tier
 
 # Keys that train_phase adds for issue #18 (the platform stores this dict as the round's metrics).
@@ -155,8 +158,8 @@ def test_round_one_is_identical_across_arms(tiny_1m_dir):
 
 
 def test_external_rollouts_carry_their_generators_log_probs(tiny_1m_dir):
-    """With the opt-in correction, a generator publishes its completions' per-token log-probs
-    under its policy as it sampled (checked against a direct forward of its model), and a
+    """With the opt-in correction, a generator puts its completions' token ids and per-token
+    log-probs under its policy as it sampled in the rollout record (checked against a direct forward of its model), and a
     receiver's step reports the external importance-sampling statistics."""
     cfg = config(agents=2, rounds=1, group_size=4, external_importance_sampling_correction=True)
     s = swarm(cfg, sharing_arm(4, 4), tiny_1m_dir.parent)
@@ -164,7 +167,13 @@ def test_external_rollouts_carry_their_generators_log_probs(tiny_1m_dir):
         agent.generate_phase()
     generator = s.agents[0]
     group = generator._local[0]
-    behaviour = s.pool.behaviour[group.rollout.rollout_id]
+    behaviour = group.rollout.behaviour
+    shared = next(r for r in s.pool.rollouts if r.rollout_id == group.rollout.rollout_id)
+    assert shared.behaviour is behaviour and shared.schema_version == 2  # in the record itself
+    wire = json.loads(json.dumps(shared.to_json()))
+    travelled = Rollout.from_json(wire)
+    assert travelled.to_json() == wire and travelled.schema_version == 2
+    assert travelled.behaviour == behaviour  # it travels
     for ids, logp in zip(behaviour.completion_ids, behaviour.logp, strict=True):
         with torch.no_grad():
             logits = generator.model(input_ids=torch.tensor([group.prompt_ids + ids])).logits[0]

@@ -3,8 +3,10 @@ task mixes, rewards, the rollout schema, the protocol reference."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import re
 
 import pytest
 
@@ -21,7 +23,7 @@ from worker.shared.questions import (
     question,
 )
 from worker.shared.rewards import RewardConfig, extract_answer, reward
-from worker.shared.rollout import Rollout, RolloutError
+from worker.shared.rollout import Behaviour, Rollout, RolloutError
 from worker.shared.sampling import assemble_batch, sample_rollouts
 
 # --- advantages ---------------------------------------------------------------------------
@@ -56,6 +58,33 @@ def make_rollout(agent: str, rewards: list[float], round: int = 0, index: int = 
         completion_tokens=[1] * len(rewards),
         truncated=[False] * len(rewards),
     )
+
+
+def test_behaviour_travels_in_a_version_2_record_and_is_checked():
+    """The optional off-policy fields: one id and one log-probability per counted token."""
+    plain = make_rollout("a", [1.0, 0.0])
+    assert "behaviour" not in plain.to_json() and plain.to_json()["schema_version"] == 1
+    assert Rollout.from_json({**plain.to_json(), "schema_version": 1}) == plain  # v1 still read
+    record = {
+        **plain.to_json(),
+        "schema_version": 2,
+        "completion_tokens": [2, 1],
+        "behaviour": {"prompt_ids": [5, 6], "completion_ids": [[7, 8], [9]], "logp": [[-0.5, -1.0], [0.0]]},
+    }
+    carried = Rollout.from_json(json.loads(json.dumps(record)))
+    assert carried.behaviour == Behaviour(
+        prompt_ids=[5, 6], completion_ids=[[7, 8], [9]], logp=[[-0.5, -1.0], [0.0]]
+    )
+    assert carried.to_json() == record
+    for broken, words in [
+        ({"schema_version": 1}, "needs schema_version 2"),
+        ({"behaviour": {**record["behaviour"], "logp": [[-0.5], [0.0]]}}, "behaviour[0]"),
+        ({"behaviour": {**record["behaviour"], "logp": [[-0.5, 0.7], [0.0]]}}, "invalid log-probability"),
+        ({"behaviour": {**record["behaviour"], "completion_ids": [[7, 8]]}}, "one per completion"),
+        ({"behaviour": {**record["behaviour"], "prompt_ids": [-1]}}, "prompt_ids"),
+    ]:
+        with pytest.raises(RolloutError, match=re.escape(words)):
+            Rollout.from_json({**record, **broken})
 
 
 def test_filters_drop_exactly_the_zero_advantage_groups():
