@@ -155,6 +155,16 @@ MECHANISM_LABELS = {
 }
 
 
+def cell_means(results: dict[str, Any], arm: str, key: str) -> list[float]:
+    """Each cell's (seed's) mean over rounds of the per-round mechanism metric ``key`` of ``arm``."""
+    values = []
+    for curves in ((results.get("mechanism") or {}).get(arm) or {}).values():
+        series = [v for v in curves.get(key, []) if v is not None]
+        if series:
+            values.append(sum(series) / len(series))
+    return values
+
+
 def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) -> list[str]:
     """A table per metric of :data:`MECHANISM_METRICS`: per arm, the mean over seeds of the cell's
     mean over rounds and agents, with a bootstrap interval over seeds (n = seeds)."""
@@ -169,17 +179,53 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
     for key in MECHANISM_METRICS:
         cells = []
         for name in names:
-            values = []
-            for curves in mechanism[name].values():
-                series = [v for v in curves.get(key, []) if v is not None]
-                if series:
-                    values.append(sum(series) / len(series))
+            values = cell_means(results, name, key)
             if not values:
                 cells.append("-")
                 continue
             interval = stats.bootstrap_interval(values, resamples)
             cells.append(f"{sum(values) / len(values):.2f} {format_interval(interval)} (n={len(values)})")
         lines.append(f"| {MECHANISM_LABELS.get(key, key)} (`{key}`) | " + " | ".join(cells) + " |")
+    return lines
+
+
+def context(results: dict[str, Any], by_pair: dict[tuple[str, str], Comparison]) -> list[str]:
+    """What the verdict on the primary does not say: whether 4/4 has a gain over 8/0 to explain at
+    all, how replay and fresh curation compare with 8/0, and whether the two J sides were as old."""
+    lines = []
+    gain, self_vs_plain, dyn = (
+        by_pair.get(("4/4", "8/0")),
+        by_pair.get(SECONDARY[1]),
+        by_pair.get(("8/0-dyn", "8/0")),
+    )
+    if gain is not None and significant(gain) != "higher":
+        parts = [
+            f"\nBut at this scale there is **no gain of 4/4 over 8/0 to explain**: {describe(gain)} "
+            "(the paper: +94.6%)."
+        ]
+        if self_vs_plain is not None and significant(self_vs_plain) == "lower":
+            parts.append(
+                "Replacing half of the fresh own groups by older ones costs reward: 4/4-self, which "
+                f"replays its own, is below 8/0 ({format_pct(self_vs_plain.gain)}), and what the "
+                "other agents' rollouts add over self-replay makes up only part of that."
+            )
+        if dyn is not None and significant(dyn) == "higher":
+            parts.append(
+                "Curation of fresh groups is what helps here: over-generating until 8 groups are "
+                f"informative (8/0-dyn) beat 8/0 ({format_pct(dyn.gain)}, at more generation: below)."
+            )
+        lines.append(" ".join(parts))
+    shared_age, own_age = (cell_means(results, arm, "batch/external_age") for arm in ("4/4", "4/4-self"))
+    if shared_age and own_age:
+        shared, own = sum(shared_age) / len(shared_age), sum(own_age) / len(own_age)
+        if abs(shared - own) > 0.1:
+            older = "4/4-self's" if own > shared else "4/4's"
+            lines.append(
+                f"\nA residual difference between the primary's arms: {older} J-side groups were older "
+                f"({own:.2f} rounds for 4/4-self against {shared:.2f} for 4/4, mean over seeds). The "
+                "self-replay window holds as many groups as the pool per agent, but not of exactly the "
+                "same age, so part of the primary difference may be staleness rather than sharing."
+            )
     return lines
 
 
@@ -208,7 +254,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     if sharing == "higher":
         verdict = (
             f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
-            "trains on the same number of informative groups of the same age, but its own. "
+            "trains on as many informative groups from a window of the same size, but its own. "
             f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} over the pre-registered family."
         )
     elif sharing == "lower":
@@ -237,6 +283,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"(Holm p = {format_p(s2.holm_p) if s2 else 'n/a'}). {describe(primary)}."
         )
     lines.append(f"{question} {verdict}")
+    lines += context(results, by_pair)
     n = len(primary.seeds)
     mde = (
         stats.minimum_detectable_effect(primary.sd, n, 0.05 / max(analysis.family_size, 1))

@@ -198,6 +198,31 @@ def test_the_answer_names_the_mechanism_the_numbers_support():
     )
 
 
+def test_the_answer_says_when_there_is_no_gain_to_explain_and_when_the_j_sides_differ_in_age():
+    """This study's own case: 4/4 above its self-replay control but not above 8/0, 8/0-dyn above
+    8/0; and the two J sides of the primary not equally old."""
+    results = synthetic(0.05, 10, shifted=("8/0", "4/4", "8/0-dyn", "6/2"))
+    results["curves"]["8/0-dyn"] = {
+        s: [v + 0.05 for v in curve] for s, curve in results["curves"]["8/0-dyn"].items()
+    }
+    results["arms"]["8/0-dyn"] = [round(sum(results["curves"]["8/0-dyn"][str(s)]), 6) for s in range(10)]
+    results["mechanism"] = {
+        "4/4": {str(s): {"batch/external_age": [1.4, 1.4]} for s in range(10)},
+        "4/4-self": {str(s): {"batch/external_age": [1.7, 1.7]} for s in range(10)},
+    }
+    text = "\n".join(answer(results, analyse(results, 2000)))
+    assert "**Sharing**" in text  # the pre-registered rule: 4/4 above 4/4-self
+    assert "no gain of 4/4 over 8/0 to explain" in text
+    assert "4/4-self, which replays its own, is below 8/0" in text
+    assert "Curation of fresh groups is what helps here" in text
+    assert "4/4-self's J-side groups were older (1.70 rounds for 4/4-self against 1.40 for 4/4" in text
+    # A 4/4 that does beat 8/0 (and J sides of one age) gets neither sentence.
+    plain = synthetic(0.05, 10, shifted=("4/4",))
+    plain["mechanism"] = {arm: {"0": {"batch/external_age": [1.4]}} for arm in ("4/4", "4/4-self")}
+    text = "\n".join(answer(plain, analyse(plain, 2000)))
+    assert "no gain" not in text and "were older" not in text
+
+
 def test_planning_with_the_exact_test():
     # 2/2^n <= alpha / m: n = 6 alone, 7 under Holm over 3, 9 over the old table's 9 rows
     assert [stats.sign_flip_min_seeds(0.05, m) for m in (1, 3, 9)] == [6, 7, 9]
