@@ -7,6 +7,9 @@ answered within its first second, then a heartbeat after each 10 s without an an
 worker/client/connection.py; the third would fall on the next round's lease). The server side's CPU (daphne + PostgreSQL processes, /proc through psutil) is
 read around every request and summed per type. /proc counts in clock ticks (10 ms), so a single
 request's figure is 0 or a tick; summed over a few hundred requests the mean is what matters.
+What the server side spends while idle (daphne's timers, PostgreSQL's background processes) is
+measured first, over ``--idle-seconds``, and that rate times each request's wall time is
+subtracted: one request at a time, the background would otherwise be charged to the requests.
 
 The baseline, in the same run and on the same server: the bare echo endpoint, sent frames of
 each type's request size as many times (``echo_ms``: what the transport alone costs for such a
@@ -41,7 +44,30 @@ from bench._django import setup_django
 ROUND = ["lease_request", "submit", "sample_request", "metrics", "heartbeat", "heartbeat"]
 
 
-async def measure(url: str, token: str, mix, rounds: int, cpu) -> dict[str, dict[str, float]]:
+class Meter:
+    """Server CPU (daphne, postgres) between two points, less the idle background's share."""
+
+    def __init__(self, cpu, idle: dict[str, float]) -> None:
+        self.cpu, self.idle = cpu, idle  # idle: CPU seconds per second of wall time, per kind
+
+    def start(self) -> tuple[dict[str, float], float]:
+        return self.cpu.sample(), time.perf_counter()
+
+    def spent(self, started: tuple[dict[str, float], float]) -> dict[str, float]:
+        before, at = started
+        spent = type(self.cpu).spent(before, self.cpu.sample())
+        wall = time.perf_counter() - at
+        return {kind: spent[kind] - self.idle[kind] * wall for kind in spent}
+
+
+def idle_rate(cpu, seconds: float) -> dict[str, float]:
+    before, at = cpu.sample(), time.perf_counter()
+    time.sleep(seconds)
+    spent = type(cpu).spent(before, cpu.sample())
+    return {kind: value / (time.perf_counter() - at) for kind, value in spent.items()}
+
+
+async def measure(url: str, token: str, mix, rounds: int, meter: Meter) -> dict[str, dict[str, float]]:
     import websockets
 
     from bench.coordinator import hello_fields, rollouts_for
@@ -52,12 +78,12 @@ async def measure(url: str, token: str, mix, rounds: int, cpu) -> dict[str, dict
 
         async def request(kind: str, **fields) -> dict:
             frame = encode(kind, id="1", **fields)
-            before = cpu.sample()
+            started = meter.start()
             await ws.send(frame)
             reply = json.loads(await ws.recv())
             while "reply_to" not in reply:  # a push, not the reply
                 reply = json.loads(await ws.recv())
-            spent = type(cpu).spent(before, cpu.sample())
+            spent = meter.spent(started)
             total = totals[kind]
             total["daphne"] += spent["daphne"]
             total["postgres"] += spent["postgres"]
@@ -84,7 +110,7 @@ async def measure(url: str, token: str, mix, rounds: int, cpu) -> dict[str, dict
     return totals
 
 
-async def echo_ms(url: str, size: int, count: int, cpu) -> float:
+async def echo_ms(url: str, size: int, count: int, meter: Meter) -> float:
     """Server CPU per echo of a ``size``-byte text frame (milliseconds)."""
     import websockets
 
@@ -92,10 +118,10 @@ async def echo_ms(url: str, size: int, count: int, cpu) -> float:
     spent_ms = 0.0
     async with websockets.connect(url + "/ws/echo/", max_size=16 * 1024 * 1024) as ws:
         for _ in range(count):
-            before = cpu.sample()
+            started = meter.start()
             await ws.send(payload)
             await ws.recv()
-            spent = type(cpu).spent(before, cpu.sample())
+            spent = meter.spent(started)
             spent_ms += 1000 * (spent["daphne"] + spent["postgres"])
     return spent_ms / count
 
@@ -105,6 +131,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=150)
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="the background's measurement")
     args = parser.parse_args()
     setup_django()
     from django.db import connection
@@ -123,12 +150,19 @@ def main() -> None:
         WORKER_RATE_BURST="1000",
     ) as base:
         url = base.replace("http", "ws", 1)
-        totals = asyncio.run(measure(url, token, campaign.settings.mix, args.rounds, cpu))
+        time.sleep(2.0)  # the server's start-up work done
+        idle = idle_rate(cpu, args.idle_seconds)
+        meter = Meter(cpu, idle)
+        print(
+            f"idle server CPU: daphne {100 * idle['daphne']:.1f}%, postgres {100 * idle['postgres']:.1f}% "
+            "of a core (subtracted per request's wall time)"
+        )
+        totals = asyncio.run(measure(url, token, campaign.settings.mix, args.rounds, meter))
         round_ms = 0.0
         for kind, total in totals.items():
             n = total["n"]
             daphne_ms, postgres_ms = 1000 * total["daphne"] / n, 1000 * total["postgres"] / n
-            echo = asyncio.run(echo_ms(url, int(total["bytes"] / n), n, cpu))
+            echo = asyncio.run(echo_ms(url, int(total["bytes"] / n), n, meter))
             round_ms += ROUND.count(kind) * (daphne_ms + postgres_ms)
             print(
                 f"message={kind} n={n} bytes={total['bytes'] / n:.0f} daphne_ms={daphne_ms:.3f} "

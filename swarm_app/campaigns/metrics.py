@@ -7,7 +7,6 @@ reward of the rollouts the node submitted for that round. The node's report supp
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -60,7 +59,7 @@ def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetri
                 "campaign": node.campaign_id,
                 "tier": node.tier,
                 "agent": agent,
-                "metrics": json.dumps(cleaned),
+                "metrics": sql.json_text(cleaned),
             },
         )
         row = RoundMetrics(

@@ -25,7 +25,6 @@ positions, insert the lease).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -92,8 +91,8 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
             sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
         )
         name, state, config, node_state, revoked, held_id, held_deadline, held_refs, ack, any_waiting = row
-        held = (held_id, held_deadline, json.loads(held_refs)) if held_id is not None else None
-        submitted_ack = json.loads(ack) if ack is not None else None
+        held = (held_id, held_deadline, sql.from_json_text(held_refs)) if held_id is not None else None
+        submitted_ack = sql.from_json_text(ack) if ack is not None else None
         return LeaseRequestView(
             name, state, settings_from_text(config), node_state, revoked, held, submitted_ack, any_waiting
         )
@@ -174,7 +173,7 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
                 "campaign": node.campaign_id,
                 "node": node.pk,
                 "round": round,
-                "questions": json.dumps(refs),
+                "questions": sql.json_text(refs),
                 "now": now,
                 "deadline": deadline,
             },

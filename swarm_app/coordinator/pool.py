@@ -21,7 +21,6 @@ ASGI servers.
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
@@ -59,7 +58,7 @@ def sample_external(
             },
         )
         chosen = (rng or _rng).sample([row[0] for row in rows], min(count, len(rows)))
-        records = {i: json.loads(text) for i, text in sql.fetch(sql.SAMPLE_RECORDS, {"ids": chosen})}
+        records = {i: sql.from_json_text(text) for i, text in sql.fetch(sql.SAMPLE_RECORDS, {"ids": chosen})}
         return [records[i] for i in chosen]
     campaign = Campaign.objects.only("config", "rollout_sequence").get(pk=campaign_id)
     config = campaign.settings

@@ -127,9 +127,9 @@ def _find_leases(node: WorkerNode, submission_id: str, lease_id: str) -> list[Le
         return [
             LeaseView(
                 *row[:6],
-                json.loads(row[6]),
+                sql.from_json_text(row[6]),
                 row[7],
-                json.loads(row[8]) if row[8] is not None else None,
+                sql.from_json_text(row[8]) if row[8] is not None else None,
                 row[9],
                 settings_from_text(row[11]),
                 row[12],
@@ -176,14 +176,14 @@ def _store(
             sql.STORE_SUBMISSION,
             {
                 "submission_id": submission_id,
-                "ack": json.dumps(ack),
+                "ack": sql.json_text(ack),
                 "lease": lease.pk,
                 "node": node.pk,
                 "campaign": lease.campaign_pk,
                 "first": last - len(rollouts),
                 "tier": node.tier,
                 "round": lease.round,
-                "rows": json.dumps(
+                "rows": sql.json_text(
                     [
                         {
                             "position": position,  # 1, 2, ...: offset into the allocated range

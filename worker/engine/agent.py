@@ -138,7 +138,10 @@ class Agent:
             )
         # Everyone in the campaign corrects external rollouts: ours carry what that needs. (A
         # transport with ``pool = None`` is the in-process isolated arm: nobody receives them.)
-        if cfg.grpo.external_importance_sampling_correction and getattr(self.transport, "pool", True):
+        if (
+            cfg.grpo.external_importance_sampling_correction
+            and getattr(self.transport, "pool", True) is not None
+        ):
             self._attach_behaviour(groups)
         verified = self.transport.submit(lease, [g.rollout for g in groups])
         by_id = {r.rollout_id: r for r in verified}
