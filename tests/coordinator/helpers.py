@@ -59,6 +59,19 @@ def stored_state(campaign: Campaign) -> dict:
     }
 
 
+async def submit_round(s: RawSession, node_id: str, mix: TaskMix, round: int = 0, edit=None) -> dict:
+    """Lease ``round`` and submit honest rollouts for it (``edit``: a change of the records first);
+    returns the reply to the submit."""
+    lease = await s.request("lease_request", round=round)
+    records = honest_rollouts(lease, node_id, "tiny-1m", mix)
+    return await s.request(
+        "submit",
+        submission_id=f"{node_id}-{round}",
+        lease_id=lease["lease_id"],
+        rollouts=edit(records) if edit is not None else records,
+    )
+
+
 def run(coro):
     return asyncio.run(coro)
 

@@ -11,7 +11,7 @@ import pytest
 import websockets
 
 from swarm_app.coordinator.models import PoolRollout
-from tests.coordinator.helpers import honest_rollouts, run
+from tests.coordinator.helpers import run, submit_round
 from tests.wsclient import RawSession
 
 
@@ -38,13 +38,7 @@ def test_reports_of_several_workers_reach_a_dashboard_live(coordinator, campaign
         for name in nodes:
             s = await RawSession.open(coordinator)
             assert (await s.hello(token, name))["type"] == "welcome"
-            lease = await s.request("lease_request", round=0)
-            ack = await s.request(
-                "submit",
-                submission_id=f"{name}-0",
-                lease_id=lease["lease_id"],
-                rollouts=honest_rollouts(lease, name, "tiny-1m", mix),
-            )
+            ack = await submit_round(s, name, mix)
             assert ack["type"] == "submit_ack", ack
             sessions.append(s)
         await asyncio.sleep(0.5)  # the watch is applied before the reports

@@ -9,7 +9,7 @@ import pytest
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import PoolRollout
 from swarm_app.coordinator.tokens import create_token
-from tests.coordinator.helpers import G, expect_error, honest_rollouts, run, stored_state
+from tests.coordinator.helpers import G, expect_error, run, stored_state, submit_round
 from tests.wsclient import RawSession
 from worker.shared.campaign import CampaignConfig
 
@@ -39,9 +39,13 @@ def share_and_sample(url: str, token: str, mix, rollouts=with_behaviour) -> tupl
     async def scenario():
         a = await RawSession.open(url)
         assert (await a.hello(token, "node-a"))["type"] == "welcome"
-        lease = await a.request("lease_request", round=0)
-        sent = rollouts(honest_rollouts(lease, "node-a", "tiny-1m", mix))
-        ack = await a.request("submit", submission_id="a-0", lease_id=lease["lease_id"], rollouts=sent)
+        sent: list[dict] = []
+
+        def edit(records: list[dict]) -> list[dict]:
+            sent[:] = rollouts(records)
+            return sent
+
+        ack = await submit_round(a, "node-a", mix, edit=edit)
         assert ack["type"] == "submit_ack", ack
         b = await RawSession.open(url)
         assert (await b.hello(token, "node-b"))["type"] == "welcome"
@@ -98,13 +102,7 @@ def test_log_probs_that_do_not_match_the_tokens_are_refused_and_nothing_is_store
     async def scenario():
         a = await RawSession.open(coordinator)
         assert (await a.hello(token, "node-a"))["type"] == "welcome"
-        lease = await a.request("lease_request", round=0)
-        reply = await a.request(
-            "submit",
-            submission_id="a-0",
-            lease_id=lease["lease_id"],
-            rollouts=short(honest_rollouts(lease, "node-a", "tiny-1m", correcting.settings.mix)),
-        )
+        reply = await submit_round(a, "node-a", correcting.settings.mix, edit=short)
         await a.close()
         return reply
 
