@@ -69,6 +69,7 @@ class PointBatcher:
     def __init__(self) -> None:
         self.pending: dict[int, list[dict[str, Any]]] = {}
         self._flusher: asyncio.Task | None = None
+        self.failing = False  # the last send failed: log again only once one succeeds
 
     def add(self, campaign_id: int, point: dict[str, Any]) -> None:
         self.pending.setdefault(campaign_id, []).append(point)
@@ -90,12 +91,17 @@ class PointBatcher:
                     campaign_group(campaign_id), {"type": "metrics.points", "points": points}
                 )
             except Exception as error:  # the dashboard catches up on its next table refresh
-                log.warning(
-                    "could not announce %d points of campaign %s (channel layer: %s)",
-                    len(points),
-                    campaign_id,
-                    error,
-                )
+                if not self.failing:  # one line per outage, not four a second
+                    log.warning(
+                        "could not announce %d points of campaign %s (channel layer: %s); "
+                        "dashboards catch up on their next refresh",
+                        len(points),
+                        campaign_id,
+                        error,
+                    )
+                self.failing = True
+            else:
+                self.failing = False
 
 
 POINTS = PointBatcher()

@@ -67,3 +67,29 @@ def test_sender_subprocess_is_real():
         capture_output=True,
     )
     assert result.returncode != 0
+
+
+def test_point_announcements_log_one_line_per_outage(caplog, monkeypatch):
+    """Workers' points are announced four times a second: with the channel layer's Redis away,
+    that is one warning for the outage, not one per batch."""
+    import logging
+
+    from swarm_app.campaigns import broadcast
+    from swarm_app.core.redis_layer import ResilientRedisChannelLayer
+    from tests.servers import free_port
+
+    layer = ResilientRedisChannelLayer(
+        hosts=[{"address": f"redis://127.0.0.1:{free_port()}", "socket_connect_timeout": 0.5}]
+    )  # nothing listens there: the real layer, Redis down
+    monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
+    batcher = broadcast.PointBatcher()
+
+    async def batches() -> None:
+        for number in range(5):
+            batcher.pending = {1: [{"tier": "tiny-1m", "arm": "swarm", "agent": "node:a", "round": number}]}
+            await batcher.flush()
+
+    with caplog.at_level(logging.WARNING, logger=broadcast.log.name):
+        asyncio.run(batches())
+    warnings = [r for r in caplog.records if "could not announce" in r.getMessage()]
+    assert len(warnings) == 1 and batcher.failing
