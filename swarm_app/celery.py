@@ -6,6 +6,9 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "swarm_app.settings")
 
+from swarm_app.core.file_broker import register as register_file_broker
+
+register_file_broker()  # the embedded broker's swarmfs:// (swarm_app/core/file_broker.py)
 app = Celery("swarm_app")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

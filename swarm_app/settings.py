@@ -199,7 +199,9 @@ if EMBEDDED:
     _broker_dir.mkdir(parents=True, exist_ok=True)
     # The host means nothing to the filesystem transport; naming one keeps kombu from warning
     # "No hostname was supplied" in every process that sends a task.
-    CELERY_BROKER_URL = "filesystem://localhost/"
+    # swarmfs: kombu's filesystem transport with messages renamed into place whole
+    # (swarm_app/core/file_broker.py: the stock one lets a consumer read a half-written file).
+    CELERY_BROKER_URL = "swarmfs://localhost/"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),

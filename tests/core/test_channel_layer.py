@@ -5,6 +5,7 @@ dashboards of the ASGI process this way."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
@@ -93,3 +94,34 @@ def test_point_announcements_log_one_line_per_outage(caplog, monkeypatch):
         asyncio.run(batches())
     warnings = [r for r in caplog.records if "could not announce" in r.getMessage()]
     assert len(warnings) == 1 and batcher.failing
+
+
+def test_the_embedded_broker_never_shows_a_message_before_it_is_whole(tmp_path, monkeypatch):
+    """kombu's filesystem transport created the message file before serialising into it, so a
+    consumer could take an empty file (the demo's Celery worker died of it). Ours renames a whole
+    file into place: while the payload is being serialised, no message file is visible yet."""
+    from kombu import Connection
+    from kombu.transport import filesystem
+
+    from swarm_app.core import file_broker
+
+    file_broker.register()
+    seen: list[list[str]] = []
+    serialise = file_broker.dumps
+
+    def watching_dumps(payload):  # what a consumer listing the folder would see at this moment
+        seen.append([n for n in os.listdir(tmp_path) if n.partition(".")[2].endswith(".msg")])
+        return serialise(payload)
+
+    monkeypatch.setattr(file_broker, "dumps", watching_dumps)
+    monkeypatch.setattr(filesystem, "dumps", watching_dumps)
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path), "store_processed": False}
+    for url in ("swarmfs://localhost/", "filesystem://localhost/"):
+        seen.clear()
+        with Connection(url, transport_options=options) as connection:
+            queue = connection.SimpleQueue("q")
+            queue.put({"n": 1})
+            assert queue.get(timeout=5).payload == {"n": 1}
+            queue.close()
+        visible_while_serialising = any(seen)
+        assert visible_while_serialising == (url.startswith("filesystem")), (url, seen)
