@@ -67,7 +67,7 @@ def test_settings_follow_the_environment():
         assert settings.CELERY_BROKER_URL == os.environ["REDIS_URL"]
     else:
         assert settings.EMBEDDED
-        assert settings.CELERY_BROKER_URL.startswith("filesystem://")
+        assert settings.CELERY_BROKER_URL.startswith("swarmfs://")  # file_broker.py
     expected_vendor = "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
     assert connection.vendor == expected_vendor
 
