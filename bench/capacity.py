@@ -24,12 +24,22 @@ It prints one line per run:
   measured in this run) over the measured server CPU per acked round (daphne + PostgreSQL
   processes, from /proc); 1.0 would be the limit.
 
+With ``--echo``, each run is followed by an echo pass on the same server: the same number of
+volunteers at the same pace send the same frames (the coordinator pass's mean size per request
+type) to the bare echo endpoint, and it prints
+
+    echo volunteers=N rounds_per_s=... connected=...% server_ms_per_round=... floor_ratio_max=...
+
+where floor_ratio_max = floor / (floor + the echo's server CPU per round): the floor_ratio of a
+coordinator whose only work besides carrying its frames were the floor, the most this server
+allows at this pace.
+
 Client and server share the machine: the clients' own CPU (one process, asyncio) is printed too,
 and what else ran should be said beside any figure.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
         SECRET_KEY=bench .venv/bin/python bench/capacity.py --volunteers 1000 [--seconds 120] \
-        [--round-seconds 30] [--volunteers 3000 ...]
+        [--round-seconds 30] [--volunteers 3000 ...] [--echo]
 """
 
 from __future__ import annotations
@@ -61,15 +71,20 @@ class Tally:
     reconnects: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     connected: int = 0
+    frame_bytes: dict[str, list[int]] = field(default_factory=dict)  # request type: [total, count]
 
 
 async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict) -> dict:
     """One request and its reply, ``busy`` waited out as the worker client does."""
     from worker.shared.protocol import encode
 
+    frame = encode(kind, id="1", **fields)
+    sizes = tally.frame_bytes.setdefault(kind, [0, 0])
+    sizes[0] += len(frame.encode())
+    sizes[1] += 1
     while True:
         async with lock:
-            await ws.send(encode(kind, id="1", **fields))
+            await ws.send(frame)
             reply = json.loads(await asyncio.wait_for(ws.recv(), REPLY_SECONDS))
             while "reply_to" not in reply:  # a push (campaign_state): not the reply
                 reply = json.loads(await asyncio.wait_for(ws.recv(), REPLY_SECONDS))
@@ -78,6 +93,18 @@ async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict
             await asyncio.sleep(float(reply["data"]["retry_after"]) * random.uniform(1.0, 1.5))
             continue
         return reply
+
+
+async def heartbeats(send, answered: list[float], fixed: bool) -> None:
+    """A volunteer's heartbeats: once HEARTBEAT_SECONDS pass without an answered request (the
+    worker client's rule), or every HEARTBEAT_SECONDS whatever else was sent (``fixed``)."""
+    while True:
+        quiet = time.monotonic() - answered[0]
+        if fixed or quiet >= HEARTBEAT_SECONDS:
+            await asyncio.sleep(HEARTBEAT_SECONDS if fixed else 0)
+            await send()
+        else:  # none while requests are answered
+            await asyncio.sleep(HEARTBEAT_SECONDS - quiet)
 
 
 async def volunteer(
@@ -117,17 +144,9 @@ async def volunteer(
                 round = max(round, welcome["resume_round"])
                 tally.connected += 1
                 try:
-
-                    async def heartbeats(answered=answered) -> None:
-                        while True:
-                            quiet = time.monotonic() - answered[0]
-                            if heartbeats_fixed or quiet >= HEARTBEAT_SECONDS:
-                                await asyncio.sleep(HEARTBEAT_SECONDS if heartbeats_fixed else 0)
-                                await request("heartbeat")
-                            else:  # the worker client's rule: none while requests are answered
-                                await asyncio.sleep(HEARTBEAT_SECONDS - quiet)
-
-                    beating = asyncio.ensure_future(heartbeats())
+                    beating = asyncio.ensure_future(
+                        heartbeats(lambda request=request: request("heartbeat"), answered, heartbeats_fixed)
+                    )
                     try:
                         while time.monotonic() < until:
                             await asyncio.sleep(max(0.0, next_round - time.monotonic()))
@@ -168,12 +187,74 @@ async def volunteer(
             await asyncio.sleep(random.uniform(0.5, 2.0))
 
 
+ROUND_REQUESTS = ("lease_request", "submit", "sample_request", "metrics")
+
+
+async def echo_volunteer(
+    url: str, sizes: dict[str, int], round_seconds: float, until: float, tally: Tally, heartbeats_fixed: bool
+) -> None:
+    """A volunteer's pace and frames against the bare echo: each round the four requests' frames
+    (of the coordinator pass's mean sizes) one after another, each waiting for its echo, and the
+    same heartbeat rule. What carrying a round costs this server before any work is done."""
+    import websockets
+
+    frames = {kind: "x" * size for kind, size in sizes.items()}
+    await asyncio.sleep(random.uniform(0, round_seconds))
+    next_round = time.monotonic()
+    async with websockets.connect(url + "/ws/echo/", max_size=16 * 1024 * 1024, open_timeout=60) as ws:
+        lock = asyncio.Lock()
+        answered = [time.monotonic()]
+
+        async def echo(kind: str) -> None:
+            async with lock:
+                await ws.send(frames[kind])
+                await asyncio.wait_for(ws.recv(), REPLY_SECONDS)
+            answered[0] = time.monotonic()
+
+        tally.connected += 1
+        beating = asyncio.ensure_future(heartbeats(lambda: echo("heartbeat"), answered, heartbeats_fixed))
+        try:
+            while time.monotonic() < until:
+                await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+                next_round += round_seconds
+                start = time.perf_counter()
+                for kind in ROUND_REQUESTS:
+                    await echo(kind)
+                tally.acks.append((time.monotonic(), time.perf_counter() - start))
+        finally:
+            beating.cancel()
+            tally.connected -= 1
+
+
+async def phase(cpu, coroutines, ramp: float, seconds: float, tally: Tally) -> tuple[dict, int, float, float]:
+    """Run the volunteers; after ``ramp`` measure ``seconds``: server CPU spent, volunteers
+    connected at the end, the window's start, the clients' own CPU seconds."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    await asyncio.sleep(ramp)
+    before, client_before, started = (
+        cpu.sample(),
+        resource.getrusage(resource.RUSAGE_SELF),
+        time.monotonic(),
+    )
+    await asyncio.sleep(seconds)
+    after, client_after = cpu.sample(), resource.getrusage(resource.RUSAGE_SELF)
+    connected = tally.connected
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
+        client_before.ru_utime + client_before.ru_stime
+    )
+    return type(cpu).spent(before, after), connected, started, client_cpu
+
+
 def run(
     volunteers: int,
     seconds: float,
     round_seconds: float,
     round_floor_ms: float,
     heartbeats_fixed: bool = False,
+    echo: bool = False,
 ) -> dict:
     from django.db import connection
 
@@ -191,35 +272,38 @@ def run(
         # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
         WORKER_RATE_PER_SECOND="1000",
         WORKER_RATE_BURST="1000",
+        **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
     ) as base:
         url = base.replace("http", "ws", 1)
-
-        async def main() -> tuple[dict, dict, float, float]:
-            until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
-            tasks = [
-                asyncio.ensure_future(
+        until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
+        spent, connected, started, client_cpu = asyncio.run(
+            phase(
+                cpu,
+                [
                     volunteer(url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed)
+                    for i in range(volunteers)
+                ],
+                ramp,
+                seconds,
+                tally,
+            )
+        )
+        if echo:
+            sizes = {kind: total // max(1, n) for kind, (total, n) in tally.frame_bytes.items()}
+            echo_tally = Tally()
+            until = time.monotonic() + ramp + seconds + round_seconds
+            echo_spent, echo_connected, echo_started, _ = asyncio.run(
+                phase(
+                    cpu,
+                    [
+                        echo_volunteer(url, sizes, round_seconds, until, echo_tally, heartbeats_fixed)
+                        for _ in range(volunteers)
+                    ],
+                    ramp,
+                    seconds,
+                    echo_tally,
                 )
-                for i in range(volunteers)
-            ]
-            await asyncio.sleep(ramp)
-            before, client_before, started = (
-                cpu.sample(),
-                resource.getrusage(resource.RUSAGE_SELF),
-                time.monotonic(),
             )
-            await asyncio.sleep(seconds)
-            after, client_after = cpu.sample(), resource.getrusage(resource.RUSAGE_SELF)
-            connected = tally.connected
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
-                client_before.ru_utime + client_before.ru_stime
-            )
-            return ServerCpu.spent(before, after), {"connected": connected}, started, client_cpu
-
-        spent, end, started, client_cpu = asyncio.run(main())
 
     window = [(at, s) for at, s in tally.acks if started <= at <= started + seconds]
     latencies = [s for _, s in window]
@@ -243,7 +327,7 @@ def run(
         "ack_p99_ms": 1000 * percentile(latencies, 99),
         "lost": lost,
         "doubled": doubled,
-        "connected": 100 * end["connected"] / volunteers,
+        "connected": 100 * connected / volunteers,
         "busy": tally.busy,
         "floor_ratio": round_floor_ms / server_ms if window else 0.0,
     }
@@ -258,6 +342,23 @@ def run(
         f"postgres {1000 * spent['postgres'] / max(1, len(window)):.2f}); floor {round_floor_ms:.2f} ms; "
         f"clients' CPU {client_cpu / seconds * 100:.0f}% of a core; reconnects {tally.reconnects} {tally.errors}"
     )
+    if echo:
+        echo_rounds = [at for at, _ in echo_tally.acks if echo_started <= at <= echo_started + seconds]
+        echo_ms = 1000 * (echo_spent["daphne"] + echo_spent["postgres"]) / max(1, len(echo_rounds))
+        result["echo_ms"] = echo_ms
+        result["floor_ratio_max"] = round_floor_ms / (round_floor_ms + echo_ms)
+        print(
+            f"echo volunteers={volunteers} rounds_per_s={len(echo_rounds) / seconds:.1f} "
+            f"connected={100 * echo_connected / volunteers:.1f}% server_ms_per_round={echo_ms:.2f} "
+            f"floor_ratio_max={result['floor_ratio_max']:.2f}"
+        )
+        print(
+            "  the same pace and frame sizes ("
+            + ", ".join(f"{k} {v} B" for k, v in sizes.items())
+            + ") against the bare echo on the same server: floor_ratio_max = floor / (floor + the echo's "
+            "server CPU per round), the floor_ratio of a coordinator whose only work besides carrying "
+            "its frames is the floor"
+        )
     return result
 
 
@@ -277,6 +378,12 @@ def main() -> None:
         help="client: after 10 s without an answered request (the worker client's rule, default); "
         "fixed: every 10 s whatever else was sent (the client before issue #15's second pass)",
     )
+    parser.add_argument(
+        "--echo",
+        action="store_true",
+        help="after each run, the same volunteers' frames against the bare echo on the same server "
+        "(prints floor_ratio_max: what the transport alone leaves)",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
@@ -284,7 +391,7 @@ def main() -> None:
     with contextlib.redirect_stdout(sys.stderr):
         round_floor = floor()
     for volunteers in args.volunteers or [1000]:
-        run(volunteers, args.seconds, args.round_seconds, round_floor, args.heartbeats == "fixed")
+        run(volunteers, args.seconds, args.round_seconds, round_floor, args.heartbeats == "fixed", args.echo)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ where ratio = echo_ms / (daphne_ms + postgres_ms): the share of that message's s
 the websocket transport of its frame alone would need (1.0 would mean the coordinator's own work
 is free). Then one line for a round: ``round server_ms=... floor_ms=... floor_ratio=...`` with
 bench/coordinator.py's floor measured in the same run (as bench/capacity.py's floor_ratio, but
-with one client, so with no queueing, lock waits or busy replies in it).
+with one client, so with no queueing, lock waits or busy replies in it). And a bound:
+``transport_bound echo_ms=... floor_ratio_max=...``, where echo_ms is the echo of the round's six
+frames and floor_ratio_max = floor_ms / (floor_ms + echo_ms): the floor_ratio of a coordinator
+whose only work besides carrying its frames is the floor itself, the most this server allows.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
         SECRET_KEY=bench .venv/bin/python bench/messages.py [--rounds 150]
@@ -158,17 +161,24 @@ def main() -> None:
             "of a core (subtracted per request's wall time)"
         )
         totals = asyncio.run(measure(url, token, campaign.settings.mix, args.rounds, meter))
-        round_ms = 0.0
+        round_ms = round_echo_ms = 0.0
         for kind, total in totals.items():
             n = total["n"]
             daphne_ms, postgres_ms = 1000 * total["daphne"] / n, 1000 * total["postgres"] / n
             echo = asyncio.run(echo_ms(url, int(total["bytes"] / n), n, meter))
             round_ms += ROUND.count(kind) * (daphne_ms + postgres_ms)
+            round_echo_ms += ROUND.count(kind) * echo
             print(
                 f"message={kind} n={n} bytes={total['bytes'] / n:.0f} daphne_ms={daphne_ms:.3f} "
                 f"postgres_ms={postgres_ms:.3f} echo_ms={echo:.3f} ratio={echo / max(1e-9, daphne_ms + postgres_ms):.2f}"
             )
     print(f"round server_ms={round_ms:.2f} floor_ms={floor_ms:.2f} floor_ratio={floor_ms / round_ms:.2f}")
+    # The best floor_ratio any coordinator could reach on this server with these messages: one
+    # whose only work besides carrying the round's frames (their echo) is the floor itself.
+    print(
+        f"transport_bound echo_ms={round_echo_ms:.2f} "
+        f"floor_ratio_max={floor_ms / (floor_ms + round_echo_ms):.2f}"
+    )
 
 
 if __name__ == "__main__":

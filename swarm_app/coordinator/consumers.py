@@ -13,7 +13,6 @@ import logging
 import time
 from typing import Any
 
-from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -22,6 +21,7 @@ from swarm_app.coordinator import groups, leases, pool, sessions, submissions
 from swarm_app.coordinator.database import db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
+from swarm_app.core.consumers import NoDatabaseHopDispatch
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
 
@@ -94,7 +94,7 @@ class TokenBucket:
         return False
 
 
-class WorkerConsumer(AsyncWebsocketConsumer):
+class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
     node: WorkerNode | None = None
     hello_timer: asyncio.Future | None = None
     unexpected = 0  # internal errors on this connection
@@ -124,17 +124,6 @@ class WorkerConsumer(AsyncWebsocketConsumer):
             await db(sessions.disconnected)(self.node)
             for group in self._groups():
                 await self.channel_layer.group_discard(group, self.channel_name)
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch without its ``aclose_old_connections()`` before every event: that is
-        a hop to the one thread-sensitive sync thread per frame (heartbeats included), which
-        serialised every connection's messages behind it and cost ~8% of daphne's CPU at 300
-        volunteers (py-spy). This consumer touches the database only through ``db()``, whose
-        DatabaseSyncToAsync closes stale connections around each call itself."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         request_id = None

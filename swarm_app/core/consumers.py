@@ -7,6 +7,9 @@ server, same process, no work per message), and a probe that proxies pass websoc
 
 from __future__ import annotations
 
+from typing import Any
+
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 # Same bound as the worker protocol's largest message, so the echo cannot be used to make the
@@ -34,7 +37,27 @@ def daphne_command(python: str, port: int) -> list[str]:
     ]
 
 
-class EchoConsumer(AsyncWebsocketConsumer):
+class NoDatabaseHopDispatch:
+    """Channels' dispatch without its ``aclose_old_connections()`` before every event.
+
+    That call is a hop to the one thread-sensitive sync thread per frame (heartbeats included):
+    it serialised every connection's messages behind it and cost ~8% of daphne's CPU at 300
+    volunteers (py-spy, issue #15). For a consumer that touches the database only through
+    calls that close stale connections around themselves (the coordinator's ``db()``, whose
+    DatabaseSyncToAsync does), or not at all (the echo).
+    """
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class EchoConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
+    """The bare transport: what the coordinator's worker socket costs before any work (same
+    dispatch as the worker consumer, so the baseline carries the same per-frame path)."""
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
         if size > MAX_ECHO_BYTES:
