@@ -253,6 +253,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         "tasks": args.tasks,
         "learning_rate": args.lr,
         "num_iterations": args.num_iterations,
+        "self_window": args.self_window,
     }
     try:
         values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
@@ -477,6 +478,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"seeds of the arms outside {', '.join(REQUIRED_ARMS)} (the first N; default "
         f"{full.other_seeds}; 0: all)",
+    )
+    study.add_argument(
+        "--self-window",
+        type=int,
+        default=None,
+        help="4/4-self's replay window in groups (default: the pool's window over the agents, "
+        f"{full.self_window} here); a window whose groups' mean age matches the pool's removes the "
+        "primary comparison's staleness difference",
     )
     study.add_argument(
         "--jobs",

@@ -321,6 +321,24 @@ def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_the_self_replay_window_is_chosen_on_the_command_line(tiny_1m_dir: Path, tmp_path: Path):
+    out = tmp_path / "window.json"
+    done = run_cli(
+        "study",
+        "--quick",
+        "--arms",
+        "4/4-self",
+        "--self-window",
+        "3",
+        "--out",
+        str(out),
+        cache=tiny_1m_dir.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads(out.read_text())["config"]
+    assert config["self_window"] == 3 and config["arms"] == ["4/4-self"]
+
+
 @pytest.mark.slow
 def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path):
     out = tmp_path / "quick" / "sapo-table-cpu.json"
