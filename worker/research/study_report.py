@@ -362,6 +362,8 @@ def write_report(
     base = arms.get(BASELINE)
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
     paper_base = PAPER_CUMULATIVE[BASELINE]
+    # A run chosen after the main study's data says so, in the results file's config.
+    follow_up = config.get("follow_up")
 
     lines = [
         f"# The SAPO table at CPU scale ({config['tier']})",
@@ -373,11 +375,22 @@ def write_report(
             "zero-advantage samples?"
             if analysis.old_design
             else "Issue #18: is 4/4's gain sharing, or curation and reuse? Controls: 4/4-self "
-            "(self-replay) and 8/0-dyn (over-generation); the comparisons were pre-registered in "
-            "worker/research/study.py before the data."
+            "(self-replay) and 8/0-dyn (over-generation); "
+            + (
+                "the comparisons are the main study's, pre-registered in worker/research/study.py, "
+                "but this run's setting was chosen after the main study's data (below)."
+                if follow_up
+                else "the comparisons were pre-registered in worker/research/study.py before the data."
+            )
         ),
         "",
     ]
+    if follow_up:
+        lines += [
+            f"> **Follow-up, not pre-registered.** {follow_up} Its p-values and Holm adjustment cover "
+            "only the comparisons in this file: read them as exploratory.",
+            "",
+        ]
     if analysis.old_design:
         lines += [
             "> **Old design (issue #8).** Its control 8/0-filtered could not differ from 8/0 by "

@@ -260,6 +260,20 @@ def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
         assert f"]({png.name})" in text
 
 
+def test_a_follow_up_run_is_labelled_as_not_pre_registered(tmp_path: Path):
+    plain, follow = tmp_path / "plain.json", tmp_path / "follow.json"
+    plain.write_text(json.dumps(synthetic(0.03, 4)))
+    results = synthetic(0.03, 4)
+    results["config"]["follow_up"] = "4/4-self with a 27-group window, chosen to match the pool's age."
+    follow.write_text(json.dumps(results))
+    before = write_report(plain, resamples=200).read_text()
+    after = write_report(follow, resamples=200).read_text()
+    assert "pre-registered in worker/research/study.py before the data" in before
+    assert "Follow-up, not pre-registered" not in before
+    assert "pre-registered in worker/research/study.py before the data" not in after
+    assert "> **Follow-up, not pre-registered.** 4/4-self with a 27-group window" in after
+
+
 def test_campaign_preset_runs_the_same_arms():
     """Each study arm is a `sapo-table` campaign's swarm arm or one of its controls."""
     from worker.research.study import arm_by_name
