@@ -189,6 +189,15 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
     return lines
 
 
+def self_window_words(config: dict[str, Any]) -> str:
+    """4/4-self's window in words: as large as the pool's per agent (the design's default), or the
+    size a run chose (a follow-up matches the rollouts' age instead)."""
+    window, per_agent = config.get("self_window"), config["pool_window"] // config["agents"]
+    if window in (None, per_agent):
+        return "a window of the same size"
+    return f"a window of its own last {window} groups (the pool holds {per_agent} per agent)"
+
+
 def context(results: dict[str, Any], by_pair: dict[tuple[str, str], Comparison]) -> list[str]:
     """What the verdict on the primary does not say: whether 4/4 has a gain over 8/0 to explain at
     all, how replay and fresh curation compare with 8/0, and whether the two J sides were as old."""
@@ -254,7 +263,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     if sharing == "higher":
         verdict = (
             f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
-            "trains on as many informative groups from a window of the same size, but its own. "
+            f"trains on as many informative groups from {self_window_words(config)}, but its own. "
             f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} over the pre-registered family."
         )
     elif sharing == "lower":

@@ -262,8 +262,8 @@ def test_report_has_the_table_the_tests_and_the_plots(tmp_path: Path):
 
 def test_a_follow_up_run_is_labelled_as_not_pre_registered(tmp_path: Path):
     plain, follow = tmp_path / "plain.json", tmp_path / "follow.json"
-    plain.write_text(json.dumps(synthetic(0.03, 4)))
-    results = synthetic(0.03, 4)
+    plain.write_text(json.dumps(synthetic(0.03, 10)))  # 10 seeds: the primary can be significant
+    results = synthetic(0.03, 10)
     results["config"]["follow_up"] = "4/4-self with a 27-group window, chosen to match the pool's age."
     follow.write_text(json.dumps(results))
     before = write_report(plain, resamples=200).read_text()
@@ -272,6 +272,11 @@ def test_a_follow_up_run_is_labelled_as_not_pre_registered(tmp_path: Path):
     assert "Follow-up, not pre-registered" not in before
     assert "pre-registered in worker/research/study.py before the data" not in after
     assert "> **Follow-up, not pre-registered.** 4/4-self with a 27-group window" in after
+    assert "from a window of the same size, but its own" in before
+    results["config"]["self_window"] = 27
+    follow.write_text(json.dumps(results))
+    resized = write_report(follow, resamples=200).read_text()
+    assert "from a window of its own last 27 groups (the pool holds 32 per agent), but its own" in resized
 
 
 def test_campaign_preset_runs_the_same_arms():
