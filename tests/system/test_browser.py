@@ -262,7 +262,8 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         assert page.inner_text("#state") == "completed"
         # Still served after completion: a reload shows the curve and the summary again.
         page.reload()
-        page.wait_for_function("() => window.swarmDashboard.ready")
+        # "Connecting to the live feed…" leads the line until the socket opens
+        page.wait_for_function("() => window.swarmDashboard.ready && window.swarmDashboard.socketOpen")
         assert page.inner_text("#status-line").startswith("Campaign completed")
         assert NO_INTERVAL in page.inner_text("#summary td[data-arm=swarm]")
         swarm_points = page.evaluate(

@@ -13,6 +13,7 @@ import pytest
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token
 from tests.factories import tiny_campaign_config
 from tests.servers import asgi_server, free_port, stop, worker_process
@@ -85,7 +86,13 @@ def test_worker_killed_mid_lease_loses_and_doubles_nothing(tiny_1m_dir, transact
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
         orphan = Lease.objects.get(campaign=campaign, state=Lease.State.ACTIVE)
-        time.sleep(5.5)  # past the deadline: its questions must go to the next worker
+        # Past its deadline the server's sweep marks it expired (every FLUSH_SECONDS): from then
+        # on its questions go to the next worker that asks. A worker asking before the sweep
+        # gets fresh questions (leases.py), so the rescuer starts once the sweep has run.
+        deadline = time.monotonic() + 5 + 3 * FLUSH_SECONDS
+        while Lease.objects.get(pk=orphan.pk).state != Lease.State.EXPIRED:
+            assert time.monotonic() < deadline, "the overdue lease was not marked expired"
+            time.sleep(0.2)
 
         log = tmp_path / "rescuer.log"
         rescuer = worker_process(url, token, tmp_path / "rescuer", log, "--max-rounds", "3")
