@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -26,6 +26,9 @@ from swarm_app.campaigns.views import get_visible, visible_campaigns
 PAGE = 2000
 FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at"]
 ROUND_FIELDS = ["arm", "tier", "round", *AGGREGATE_FIELDS]
+# A spreadsheet reads a cell starting with one of these as a formula (tab and CR: some strip
+# them first): OWASP's list against CSV injection.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 @require_GET
@@ -76,6 +79,16 @@ def _metric_keys(rows) -> list[str]:
     return sorted(keys)
 
 
+def spreadsheet_row(values: Iterable[Any]) -> list[Any]:
+    """A CSV row whose text cells a spreadsheet shows as text: a string starting with a formula
+    character gets a leading "'" (OWASP's rule). Numbers stay numbers: the csv writer writes a
+    reward of -0.5 as ``-0.5``, which a spreadsheet reads as that number, not as a formula."""
+    return [
+        "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+        for value in values
+    ]
+
+
 async def _pages(fetch: Callable[[int], list[tuple]]) -> AsyncIterator[list[tuple]]:
     """Keyset pagination by id; each page is fetched in a worker thread."""
     last = 0
@@ -104,12 +117,17 @@ async def _agent_csv(campaign: Campaign, fetch, keys: list[str]) -> AsyncIterato
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     # "reward" is the verified reward; the agent's own report of it becomes "metrics/reward".
-    writer.writerow(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys])
+    # Every cell passes spreadsheet_row: metric names and values come from workers (names are
+    # restricted at the protocol since issue #27, but older rows may hold any), agents from
+    # node ids, tiers and arms from the campaign's config.
+    writer.writerow(spreadsheet_row(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys]))
     async for page in _pages(fetch):
         for _pk, arm, tier, agent, number, reward, created, metrics in page:
             writer.writerow(
-                [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
-                + [metrics.get(key, "") for key in keys]
+                spreadsheet_row(
+                    [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
+                    + [metrics.get(key, "") for key in keys]
+                )
             )
         yield buffer.getvalue()
         buffer.seek(0)
@@ -175,7 +193,8 @@ def metrics_export(request: HttpRequest, pk: int) -> HttpResponse:
             scalar = ROUND_FIELDS[:-1]
             writer.writerow(["campaign", *scalar, *MECHANISM_KEYS])
             writer.writerows(
-                [campaign.pk, *row[:-1], *(row[-1].get(key, "") for key in MECHANISM_KEYS)] for row in rows
+                spreadsheet_row([campaign.pk, *row[:-1], *(row[-1].get(key, "") for key in MECHANISM_KEYS)])
+                for row in rows
             )
             response = HttpResponse(buffer.getvalue(), content_type="text/csv")
     else:

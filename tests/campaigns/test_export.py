@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import urllib.request
 
 import pytest
 from django.urls import reverse
@@ -139,3 +140,44 @@ def test_the_export_carries_the_new_arms_and_their_mechanism_metrics(anonymous):
         "batch/informative_groups": 4.0,
         "grad_norm_clipped": 0.5,
     }
+
+
+# Cells a spreadsheet would run as formulas (OWASP's starting characters: = + - @ tab CR).
+FORMULAS = ['=HYPERLINK("http://evil.example","x")', "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"]
+
+
+def test_exported_text_cells_are_never_formulas_and_numbers_stay_numbers(coordinator):
+    """Rows as a coordinator before issue #27 stored them (metric names were only length-checked;
+    a metric value of text), and a tier name starting with "-": through the real server, every
+    text cell of both CSV exports that starts with a formula character comes out behind a "'",
+    while a negative reward or metric value is written as the plain number."""
+    campaign = make_campaign(state=Campaign.State.RUNNING)
+    run = ControlRun.objects.create(campaign=campaign, tier="-tier", arm="isolated", seed=0)
+    metrics: dict[str, object] = {name: -0.5 for name in FORMULAS}
+    metrics["note"] = "=1+1"
+    RoundMetrics.objects.create(
+        campaign=campaign,
+        arm="isolated",
+        tier="-tier",
+        agent=f"control:{run.pk}",
+        control_run=run,
+        round=0,
+        reward=-0.5,
+        metrics=metrics,
+    )
+
+    def download(level: str) -> list[list[str]]:
+        url = f"{coordinator}/api/campaigns/{campaign.pk}/metrics?format=csv&level={level}"
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return list(csv.reader(io.StringIO(response.read().decode(), newline="")))
+
+    header, row = download("agent")
+    assert sorted(header[7:]) == sorted(["'" + name for name in FORMULAS] + ["note"])
+    cells = dict(zip(header, row, strict=True))
+    assert cells["tier"] == "'-tier" and cells["note"] == "'=1+1"
+    assert cells["reward"] == "-0.5" and all(cells["'" + name] == "-0.5" for name in FORMULAS)
+    rounds = download("round")
+    assert dict(zip(rounds[0], rounds[1], strict=True))["tier"] == "'-tier"
+    for cell in [*header, *row, *rounds[0], *rounds[1]]:
+        assert not cell.startswith(("=", "+", "@", "\t", "\r")), cell
+        assert not cell.startswith("-") or float(cell) < 0, cell  # only numbers start with "-"

@@ -37,6 +37,10 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # a submission of 64 groups x 8 long comple
 MAX_ROLLOUTS_PER_MESSAGE = 64
 MAX_METRIC_KEYS = 100
 MAX_METRIC_KEY_CHARS = 64
+# A metric name becomes a column header of the CSV export, which people open in spreadsheets:
+# letters, digits and "_ . / -" only (every TRL name fits), starting with a letter, digit or "_"
+# (never with a character a spreadsheet reads as the start of a formula: "= + - @").
+METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$")
 MAX_ROUND = 10**9
 
 
@@ -106,14 +110,17 @@ class ProtocolError(ValueError):
 
 def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     """``metrics`` as a report may carry them: finite numbers only (JSON has no NaN; booleans
-    are not metrics), string keys cut to MAX_METRIC_KEY_CHARS, at most MAX_METRIC_KEYS of them
-    (the rest dropped). The worker cleans its report with it; the coordinator its controls'."""
+    are not metrics), names cut to MAX_METRIC_KEY_CHARS, names outside METRIC_NAME dropped, at
+    most MAX_METRIC_KEYS of them (the rest dropped). The worker cleans its report with it; the
+    coordinator its controls'."""
     cleaned: dict[str, float] = {}
     for key, value in metrics.items():
         if len(cleaned) == MAX_METRIC_KEYS:
             break
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            cleaned[str(key)[:MAX_METRIC_KEY_CHARS]] = float(value)
+        name = str(key)[:MAX_METRIC_KEY_CHARS]
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if number and METRIC_NAME.fullmatch(name):
+            cleaned[name] = float(value)
     return cleaned
 
 
@@ -131,8 +138,13 @@ Hardware = Annotated[
     dict[Annotated[str, Meta(max_length=64)], HardwareValue],
     Meta(max_length=32, description="device, vram_bytes, ram_bytes, cpu_count, ... (flat)"),
 ]
+# METRIC_NAME is in the schema for the docs only (extra_json_schema): MetricsReport checks it,
+# so that the error names the metric.
+MetricName = Annotated[
+    str, Meta(max_length=MAX_METRIC_KEY_CHARS, extra_json_schema={"pattern": METRIC_NAME.pattern})
+]
 Metrics = Annotated[
-    dict[Annotated[str, Meta(max_length=MAX_METRIC_KEY_CHARS)], float],
+    dict[MetricName, float],
     Meta(max_length=MAX_METRIC_KEYS, description="metric name (TRL's) -> finite number"),
 ]
 Rollouts = Annotated[list[Rollout], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
@@ -187,6 +199,14 @@ class MetricsReport(_Message, tag="metrics"):
 
     round: Round
     metrics: Metrics
+
+    def __post_init__(self) -> None:
+        for key in self.metrics:
+            if not METRIC_NAME.fullmatch(key):
+                raise ValueError(
+                    f"metrics: metric name {key!r} is not allowed: names are letters, digits and "
+                    '"_ . / -", starting with a letter, digit or "_"'
+                )
 
 
 class Heartbeat(_Message, tag="heartbeat"):

@@ -267,3 +267,27 @@ def test_resume_reproduces_the_next_round(tiny_policy, tiny_1m_dir, tmp_path):
         assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
     for name, tensor in resumed.model.state_dict().items():
         torch.testing.assert_close(tensor, uninterrupted.model.state_dict()[name])
+
+
+def test_every_metric_the_engine_reports_has_a_name_the_protocol_accepts(tiny_policy):
+    """The coordinator refuses a report with a name outside protocol.METRIC_NAME (issue #27), so
+    a real round of each kind (own and external rollouts, the KL term, several iterations, the
+    external correction) must report only such names."""
+    from worker.shared.protocol import METRIC_NAME
+
+    pool = RolloutPool()
+    model, tokenizer = tiny_policy
+    sharer = make_agent(model, tokenizer, LocalTransport(MIX, seed=4, pool=pool), agent_id="sharer")
+    sharer.generate_phase()
+    learner = make_agent(
+        copy.deepcopy(model),
+        tokenizer,
+        LocalTransport(MIX, seed=5, pool=pool),
+        num_local=2,
+        num_external=2,
+        external_strategy="uniform",
+        grpo={"beta": 0.04, "num_iterations": 2, "external_importance_sampling_correction": True},
+    )
+    metrics = learner.run_round()
+    assert {"kl", "clip_ratio/low_mean", "batch/external_used", "completions/mean_length"} <= set(metrics)
+    assert [name for name in metrics if not METRIC_NAME.fullmatch(name)] == []
