@@ -13,12 +13,14 @@ Validation happens in three layers, each reporting next to the field it is about
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from swarm_app.coordinator.models import WorkerToken
@@ -32,6 +34,8 @@ from worker.shared.tiers import TIERS
 
 CUSTOM = "custom"
 SEEN_DAYS = 7  # workers seen this recently count as "workers that could run a tier"
+# Fields a link may prefill on top of a preset (the launch page's arm links: ?num_local=6&num_external=2).
+PREFILL_FIELDS = ("num_local", "num_external")
 PRESET_CHOICES = [("", "none (defaults)")] + [(name, name) for name in CAMPAIGN_PRESETS]
 STRATEGY_CHOICES = [(name, name.replace("_", " ")) for name in STRATEGIES]
 TIER_CHOICES = [
@@ -340,6 +344,20 @@ class CampaignForm(forms.Form):
         }
         initial.update(overrides)
         return initial
+
+    @classmethod
+    def prefill(cls, query: Mapping[str, str]) -> dict[str, Any]:
+        """The PREFILL_FIELDS a link's query carries, each parsed and bounded by its own form field
+        (a hand-rolled ``isdigit`` then ``int`` took "²" and failed); a value its field refuses
+        is left out, so the preset's value shows."""
+        values: dict[str, Any] = {}
+        for name in PREFILL_FIELDS:
+            if name in query:
+                try:
+                    values[name] = cls.base_fields[name].clean(query[name])
+                except ValidationError:
+                    continue
+        return values
 
     # --- validation -------------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:

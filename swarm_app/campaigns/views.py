@@ -114,13 +114,10 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
             return redirect(campaign)
     else:
         preset = request.GET.get("preset", "")
-        overrides = {
-            key: int(request.GET[key])
-            for key in ("num_local", "num_external")
-            if request.GET.get(key, "").isdigit()
-        }
         form = CampaignForm(
-            initial=CampaignForm.initial_for(preset if preset in CAMPAIGN_PRESETS else "", **overrides),
+            initial=CampaignForm.initial_for(
+                preset if preset in CAMPAIGN_PRESETS else "", **CampaignForm.prefill(request.GET)
+            ),
             allow_local_workers=allow_local,
         )
     return render(

@@ -33,6 +33,22 @@ def test_presets_fill_the_form(staff):
     assert (form.initial["num_local"], form.initial["num_external"]) == (6, 2)
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("num_local=²&num_external=2", (4, 2)),  # "²".isdigit() is true, int("²") raises
+        ("num_local=6&num_external=٣", (6, 3)),  # an Arabic-Indic 3 is the number 3
+        ("num_local=65&num_external=-1", (4, 4)),  # outside the fields' bounds: the preset's
+        ("num_local=&num_external=x", (4, 4)),
+    ],
+)
+def test_prefill_is_parsed_by_the_form_fields_and_a_bad_value_is_ignored(staff, query, expected):
+    response = staff.get(reverse("campaign-new") + "?preset=sapo-table&" + query)
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert (form.initial["num_local"], form.initial["num_external"]) == expected
+
+
 def test_the_cpu_demo_preset_round_trips_through_the_form(staff):
     initial = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"].initial
     post = {key: value for key, value in initial.items() if value is not None and value is not False}
