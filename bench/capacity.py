@@ -38,7 +38,7 @@ Client and server share the machine: the clients' own CPU (one process, asyncio)
 and what else ran should be said beside any figure.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
-        SECRET_KEY=bench .venv/bin/python bench/capacity.py --volunteers 1000 [--seconds 120] \
+        SECRET_KEY=$(openssl rand -hex 32) .venv/bin/python bench/capacity.py --volunteers 1000 [--seconds 120] \
         [--round-seconds 30] [--volunteers 3000 ...] [--echo]
 """
 

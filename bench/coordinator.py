@@ -54,7 +54,7 @@ copies. What the coordinator receives and does is unchanged: every completion is
 Run against PostgreSQL and Redis (the production set-up) or embedded:
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
-        SECRET_KEY=bench .venv/bin/python bench/coordinator.py [--clients 8] [--seconds 20] [--big 1000000] \
+        SECRET_KEY=$(openssl rand -hex 32) .venv/bin/python bench/coordinator.py [--clients 8] [--seconds 20] [--big 1000000] \
         [--servers 1] [--only throughput|sampling|leases|floor]
 
 It creates its own campaigns in that database; use a database of its own.

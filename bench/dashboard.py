@@ -20,7 +20,7 @@ PostgreSQL and Redis:
 
     .venv/bin/python bench/dashboard.py [--workers 1000 --rounds 2000 --reports 20 --keep]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
-        SECRET_KEY=bench .venv/bin/python bench/dashboard.py
+        SECRET_KEY=$(openssl rand -hex 32) .venv/bin/python bench/dashboard.py
 
 It creates its own campaign in that database and deletes it at the end (``--keep`` keeps it).
 """
@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import shutil
 import sys
 import time
@@ -266,7 +267,7 @@ def main() -> int:
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         os.environ.setdefault("SWARM_DATA_DIR", str(ROOT / "data" / "bench-dashboard"))
-    os.environ.setdefault("SECRET_KEY", "bench")
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))  # production mode wants 50+
     setup_django()
 
     from django.conf import settings

@@ -11,7 +11,7 @@ loop sleeping ``--gap-ms`` and waking), subtracted from each line:
 
     call=noop n=2000 self_ms=... postgres_ms=...
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench SECRET_KEY=bench \\
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench SECRET_KEY=$(openssl rand -hex 32) \\
         .venv/bin/python bench/db_calls.py [--calls 2000] [--gap-ms 2]
 """
 

@@ -27,7 +27,7 @@ frames and floor_ratio_max = floor_ms / (floor_ms + echo_ms): the floor_ratio of
 whose only work besides carrying its frames is the floor itself, the most this server allows.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
-        SECRET_KEY=bench .venv/bin/python bench/messages.py [--rounds 150]
+        SECRET_KEY=$(openssl rand -hex 32) .venv/bin/python bench/messages.py [--rounds 150]
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@
 SWARM_EXTRAS="coordinator,dev"
 source "$(dirname "$0")/bootstrap.sh"
 # Tests keep their own data directory (database file, broker queue, built models) apart from
-# the demo's, and need no real secret.
+# the demo's, and need no real secret: a public key, as long as production mode (REDIS_URL)
+# demands (50+ characters; tests/servers.py gives its servers the same one). The test client and
+# the loopback servers speak plain http, so cookies are not marked Secure.
 export SWARM_DATA_DIR="${SWARM_DATA_DIR:-$ROOT/data/test}"
-export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only}"
+export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only-never-use-it-in-production}"
+export SECURE_COOKIES="${SECURE_COOKIES:-0}"
 # Built tiny models are shared by every run (and with the demo): built once per machine.
 export SWARM_MODEL_CACHE="${SWARM_MODEL_CACHE:-$ROOT/data/models}"
 # The browser test drives Debian's chromium through Playwright (the `dev` extra); Playwright's own

@@ -13,11 +13,27 @@ Environment variables (see platform/.env.example):
     DATABASE_URL     e.g. postgres://swarm:pw@db:5432/swarm (default: SQLite in SWARM_DATA_DIR)
     REDIS_URL        e.g. redis://redis:6379/0 (default: embedded channel layer and broker)
     SECRET_KEY       required when DEBUG is off and DATABASE_URL names a server; embedded mode keeps
-                     a generated key in the data directory
+                     a generated key in the data directory. In production (REDIS_URL set) with DEBUG
+                     off, a key shorter than 50 characters, with fewer than 5 distinct characters,
+                     or equal to platform/.env.example's placeholder is refused (ImproperlyConfigured)
     DEBUG            1/0 (default 0)
     ALLOWED_HOSTS    comma-separated (default: localhost names)
     CSRF_TRUSTED_ORIGINS  comma-separated origins, for a coordinator behind a TLS proxy
     SERVE_STATIC     1/0: the ASGI app serves /static/ itself (default 1 in embedded mode)
+    SECURE_COOKIES   1/0: session and CSRF cookies only over HTTPS (default 1 in production, 0 in
+                     embedded mode; tests and the demo, plain http on loopback, set 0)
+    SECURE_SSL_REDIRECT  1/0: answer plain-http requests (except /healthz) with a redirect to https
+                     (default 0; platform/.env.example sets 1)
+    SECURE_HSTS_SECONDS  Strict-Transport-Security max-age, sent on https responses (default one
+                     year in production, 0 in embedded mode), with includeSubDomains
+                     (SECURE_HSTS_INCLUDE_SUBDOMAINS, default 1 in production); SECURE_HSTS_PRELOAD
+                     1/0 adds "preload" (default 0)
+    EMAIL_HOST       SMTP server; set, it turns password reset on (/accounts/password_reset/);
+                     unset, password reset is not routed. EMAIL_PORT, EMAIL_HOST_USER,
+                     EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL, DEFAULT_FROM_EMAIL
+    LOGIN_FAILURE_LIMIT  wrong passwords from one client address within LOGIN_LOCKOUT_SECONDS
+                     that lock that address out of both logins (django-axes; default 50)
+    LOGIN_LOCKOUT_SECONDS  the window and the lockout's length (default 900)
     SWARM_ALLOW_LOCAL_WORKERS  1/0: the campaign form may start worker processes on this machine
                      (the demo sets it; default 0)
     SWARM_CONTROL_STALE_SECONDS  a running isolated control without a heartbeat for this long is
@@ -32,6 +48,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -66,9 +83,35 @@ EMBEDDED = not REDIS_URL
 DEBUG = env_bool("DEBUG", False)
 
 
+# platform/.env.example's placeholder (tests/core/test_security_settings.py keeps the two equal).
+EXAMPLE_SECRET_KEY = "CHANGE_ME"
+
+
+def _weak_secret_key(key: str) -> str | None:
+    """Why ``key`` is too weak for production, or None. Django's own deploy check (security.W009)
+    asks the same of length and variety; here a weak key stops the process instead of warning."""
+    if key == EXAMPLE_SECRET_KEY:
+        return "it is platform/.env.example's placeholder"
+    if len(key) < 50:
+        return f"it has {len(key)} characters, fewer than 50"
+    if len(set(key)) < 5:
+        return "it has fewer than 5 distinct characters"
+    if key.startswith("django-insecure-"):
+        return "it is one of Django's startproject development keys"
+    return None
+
+
 def _secret_key() -> str:
     key = os.environ.get("SECRET_KEY", "")
     if key:
+        # Production (REDIS_URL set: the servers face the network) refuses a weak key; embedded
+        # mode (a laptop, the demo, tests without Redis) and DEBUG=1 accept any key.
+        weakness = _weak_secret_key(key) if not EMBEDDED and not DEBUG else None
+        if weakness:
+            raise ImproperlyConfigured(
+                f"SECRET_KEY is refused in production: {weakness}. Generate one with: "
+                'python3 -c "import secrets; print(secrets.token_urlsafe(50))"'
+            )
         return key
     if DATABASE_URL and not DATABASE_URL.startswith("sqlite") and not DEBUG:
         raise ImproperlyConfigured(
@@ -95,6 +138,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "channels",
     "swarm_app.core",
     "swarm_app.campaigns",
@@ -110,6 +154,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page (sync and async).
+    "axes.middleware.AxesMiddleware",
 ]
 
 # Content-Security-Policy (django-csp): the pages load only this site's own scripts, styles and
@@ -302,6 +348,29 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes, for the site's login and the admin's, which both call
+# authenticate() with the request). Failures are kept in the database (axes' database handler):
+# the one store every daphne process and host shares in both modes (SQLite embedded, PostgreSQL
+# in production); Django's cache here is per process (local memory), so a cache handler would
+# let each process count on its own. Counted per client address (daphne --proxy-headers takes it
+# from nginx's X-Forwarded-For): the LOGIN_FAILURE_LIMIT-th wrong password within the window is
+# answered 429 and every attempt from that address after it (the right password included, not
+# checked) until LOGIN_LOCKOUT_SECONDS after that failure. Attempts during a lockout are not
+# recorded (their rows stay bounded and the lockout does not grow); successful logins are not
+# logged (no record of who logs in from where). See docs/deploy.md.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "50"))
+AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("LOGIN_LOCKOUT_SECONDS", "900")))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_RESET_ON_SUCCESS = False
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_DISABLE_ACCESS_LOG = True
+AXES_LOCKOUT_TEMPLATE = "registration/lockout.html"
+
 LOGIN_URL = "/accounts/login/"
 # The header's links send ?next=<this page>; without one, login and logout land on the home page.
 LOGIN_REDIRECT_URL = "/"
@@ -318,8 +387,34 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or DATA_DIR / "staticfiles")
 
 # Behind a TLS-terminating proxy (platform/nginx.conf sets X-Forwarded-Proto).
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not EMBEDDED)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# nginx redirects port 80 itself; this covers a server reached without it (a Heroku-style
+# router). /healthz stays reachable over plain http for the compose and local health checks.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# HSTS on https responses (Django sends it only on requests it sees as secure; nginx.conf sends
+# the same header for what it serves itself).
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if EMBEDDED else "31536000"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not EMBEDDED)
+# "preload" lets anyone submit the host to the browsers' built-in HSTS lists, which take months
+# to leave: the operator's commitment to make (SECURE_HSTS_PRELOAD=1), not a default. Its deploy
+# warning (security.W021) is silenced for that reason only.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# Mail: only for password reset, routed only when EMAIL_HOST is set (swarm_app/urls.py);
+# without mail a reset request would only fail on an SMTP connection.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+PASSWORD_RESET_ENABLED = bool(EMAIL_HOST)
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_SSL:
+    EMAIL_USE_TLS = False  # Django refuses both at once
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "webmaster@localhost")
 
 LOGGING = {
     "version": 1,
@@ -327,5 +422,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes: a WARNING per failed login and lockout; its INFO lines (start-up banner, every
+    # login and logout) are left out.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

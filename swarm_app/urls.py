@@ -1,4 +1,6 @@
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
@@ -14,6 +16,36 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("swarm/favicon.ico"), permanent=True)),
     # Django's own login and logout views, with templates in the site's layout
     # (templates/registration/); LOGIN_REDIRECT_URL and LOGOUT_REDIRECT_URL say where they land.
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Both logins (this one and the admin's) are throttled by django-axes (settings.py).
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path(
+        "accounts/password_change/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("admin/", admin.site.urls),
 ]
+
+if settings.PASSWORD_RESET_ENABLED:
+    # Password reset mails a link: routed only when mail is configured (EMAIL_HOST). Without it,
+    # each request would end in a failed SMTP connection and an ERROR traceback.
+    urlpatterns += [
+        path("accounts/password_reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+        path(
+            "accounts/password_reset/done/",
+            auth_views.PasswordResetDoneView.as_view(),
+            name="password_reset_done",
+        ),
+        path(
+            "accounts/reset/<uidb64>/<token>/",
+            auth_views.PasswordResetConfirmView.as_view(),
+            name="password_reset_confirm",
+        ),
+        path(
+            "accounts/reset/done/",
+            auth_views.PasswordResetCompleteView.as_view(),
+            name="password_reset_complete",
+        ),
+    ]

@@ -23,6 +23,8 @@ from django.db import connection
 from swarm_app.core.consumers import daphne_command
 
 ROOT = Path(__file__).resolve().parent.parent
+# The key scripts/test.sh exports too; public, so never a production key.
+TEST_SECRET_KEY = "insecure-key-for-tests-only-never-use-it-in-production"
 
 
 def free_port() -> int:
@@ -48,7 +50,10 @@ def server_env(**extra: str) -> dict[str, str]:
     env.update(
         {
             "DATABASE_URL": database_url_for_tests(),
-            "SECRET_KEY": "test-secret-key-not-for-production",
+            # 50+ characters: production mode (REDIS_URL, as in CI) refuses shorter keys.
+            "SECRET_KEY": TEST_SECRET_KEY,
+            # Loopback servers speak plain http: cookies marked Secure would never come back.
+            "SECURE_COOKIES": "0",
             "PYTHONUNBUFFERED": "1",
             # One torch thread per process: several processes share 2 cores in the tests.
             "OMP_NUM_THREADS": "1",

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import TEST_SECRET_KEY
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 600
 
@@ -47,7 +49,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 
 
 def test_coordinator_processes_never_import_torch(tmp_path):
-    env = {**os.environ, "SWARM_DATA_DIR": str(tmp_path), "SECRET_KEY": "test"}
+    env = {**os.environ, "SWARM_DATA_DIR": str(tmp_path), "SECRET_KEY": TEST_SECRET_KEY}
     result = subprocess.run(
         [sys.executable, "-c", COORDINATOR_IMPORTS],
         cwd=ROOT,

@@ -219,7 +219,13 @@ class Command(BaseCommand):
         children = Children(demo_dir)
         port = opts["port"]
         url = f"http://127.0.0.1:{port}"
-        env = {"SWARM_ALLOW_LOCAL_WORKERS": "1", "OMP_NUM_THREADS": "1", "SWARM_MODEL_CACHE": str(cache)}
+        # SECURE_COOKIES=0: the demo serves plain http on loopback, in either mode.
+        env = {
+            "SWARM_ALLOW_LOCAL_WORKERS": "1",
+            "OMP_NUM_THREADS": "1",
+            "SWARM_MODEL_CACHE": str(cache),
+            "SECURE_COOKIES": "0",
+        }
         python = sys.executable
         building: dict[str, tuple[subprocess.Popen, float]] = {}
         interrupted = finished = False
