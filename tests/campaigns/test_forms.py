@@ -128,6 +128,11 @@ INVALID = [
         "custom_tasks",
         "invalid config",
     ),
+    (
+        {"task_preset": "custom", "custom_tasks": "spell_backward 1 data_file=/etc/passwd"},
+        "custom_tasks",
+        "data_file names a file on the coordinator",
+    ),
     ({"task_preset": "custom", "custom_tasks": "chain_sum\nchain_sum"}, "custom_tasks", "duplicate"),
     ({"task_preset": "nope"}, "task_preset", "valid choice"),
     ({"tiers": []}, "tiers", "required"),

@@ -11,12 +11,17 @@ Which task a stream position gets is drawn from the mix's weights with an RNG se
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
 import json
 import random
+import re
+import types
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import reasoning_gym
@@ -38,6 +43,14 @@ SETTING_CAP = 1000
 MAX_SETTING_TEXT = 200  # characters of a text setting, items of a list setting
 MAX_QUESTION_CHARS = 8000
 COORDINATOR_SETTINGS = ("size", "seed")  # chosen by the coordinator for every question
+
+# Settings that name a file (issue #27): reasoning-gym opens them on the coordinator, which
+# would read a file of its own disk and hand its lines to volunteers as questions (or tell
+# whether a path exists). Staff organise campaigns; they do not read the server's files. A text
+# setting is one if its name says so (data_file, word_path, ...) or its default is a file name
+# (words3to10.txt). The task then uses the file reasoning-gym ships.
+PATH_NAME = re.compile(r"(?:^|_)(?:file|filename|path|dir|directory|folder)s?(?:_|$)")
+FILE_NAME_DEFAULT = re.compile(r"[\\/]|\.[A-Za-z0-9]{1,5}$")
 
 
 @dataclass(frozen=True)
@@ -85,11 +98,11 @@ class TaskMix:
         raise TaskError(f"task {name!r} is not in this mix ({', '.join(self.names)})")
 
     def validate_configs(self) -> None:
-        """Check each task's settings against their bounds, then build its dataset and its first
+        """Check each task's settings against its allow-list and their bounds, then build its dataset and its first
         question, so that a bad config fails here with the task's name. The cost is bounded: the
         bounds are checked before anything is generated."""
         for task in self.tasks:
-            check_setting_bounds(task)
+            check_settings(task)
             try:
                 dataset = dataset_for(task.name, canonical_json(task.config), 0)
                 first = dataset[0]["question"]
@@ -126,13 +139,7 @@ def _number(value: Any) -> bool:
 @lru_cache(maxsize=256)
 def setting_bounds(name: str) -> dict[str, float]:
     """{setting: the largest magnitude allowed} for the numeric settings of task ``name``."""
-    config_class = DATASETS[name][1]
-    defaults: dict[str, Any] = {}
-    for item in dataclasses.fields(config_class):
-        if item.default is not dataclasses.MISSING:
-            defaults[item.name] = item.default
-        elif item.default_factory is not dataclasses.MISSING:
-            defaults[item.name] = item.default_factory()
+    defaults = {item.name: _default(item) for item in dataclasses.fields(DATASETS[name][1])}
     bounds = {
         key: max(SETTING_FACTOR * abs(value), SETTING_FLOOR)
         for key, value in defaults.items()
@@ -144,12 +151,149 @@ def setting_bounds(name: str) -> dict[str, float]:
     return bounds
 
 
-def check_setting_bounds(task: TaskSpec) -> None:
-    """Raise TaskError for a setting outside its bound (see SETTING_FACTOR)."""
+@dataclass(frozen=True)
+class SettingKind:
+    """What a campaign may give one setting of a task (see :func:`task_settings`)."""
+
+    kind: Literal["number", "bool", "choice", "text", "list"]
+    choices: tuple[Any, ...] = ()  # the values of a choice
+    optional: bool = False  # null allowed (the setting's type is Optional)
+    # A list that also takes text: reasoning-gym declares a few as `tuple` with a text default
+    # (intermediate_integration's symbols = "x"), which it iterates as characters.
+    text_too: bool = False
+
+
+def _setting_kind(annotation: Any) -> SettingKind | None:
+    """The kind of a config field of this type, or None for a type a campaign's JSON cannot
+    give (a dataclass of options, a date, nested dataset specs)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [arg for arg in args if arg is not type(None)]
+        inner = _setting_kind(rest[0]) if len(rest) == 1 else None
+        return dataclasses.replace(inner, optional=True) if inner is not None else None
+    if origin is Literal:
+        return SettingKind("choice", args)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return SettingKind("choice", tuple(member.value for member in annotation))
+    if annotation is bool:
+        return SettingKind("bool")
+    if annotation in (int, float):
+        return SettingKind("number")
+    if annotation is str:
+        return SettingKind("text")
+    if annotation in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
+        return SettingKind("list")
+    return None
+
+
+def _default(item: dataclasses.Field) -> Any:
+    if item.default is not dataclasses.MISSING:
+        return item.default
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return None
+
+
+def _names_a_file(item: dataclasses.Field, kind: SettingKind) -> bool:
+    if kind.kind not in ("text", "list"):
+        return False  # a number, flag or fixed choice cannot name a file
+    default = _default(item)
+    return bool(PATH_NAME.search(item.name)) or (
+        isinstance(default, str) and bool(FILE_NAME_DEFAULT.search(default))
+    )
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """A task's config fields, sorted by what a campaign may do with them."""
+
+    allowed: dict[str, SettingKind]
+    paths: tuple[str, ...]  # name a file: refused (PATH_NAME)
+    unsettable: tuple[str, ...]  # of a type a campaign's JSON cannot give: refused
+
+
+@lru_cache(maxsize=256)
+def task_settings(name: str) -> TaskSettings:
+    """The settings of task ``name`` from its reasoning-gym config dataclass. Allowed (its
+    allow-list): numbers (bounded: :func:`setting_bounds`), flags, choices (Literal and Enum
+    fields), short text and lists; never the coordinator's own (size, seed), a setting that
+    names a file, or one whose type JSON cannot give (an options dataclass, a date)."""
+    config_class = DATASETS[name][1]
+    hints = typing.get_type_hints(config_class)
+    allowed: dict[str, SettingKind] = {}
+    paths: list[str] = []
+    unsettable: list[str] = []
+    for item in dataclasses.fields(config_class):
+        if item.name in COORDINATOR_SETTINGS:
+            continue
+        kind = _setting_kind(hints.get(item.name, item.type))
+        if kind is None:
+            unsettable.append(item.name)
+        elif _names_a_file(item, kind):
+            paths.append(item.name)
+        elif kind.kind == "list" and isinstance(_default(item), str):
+            allowed[item.name] = dataclasses.replace(kind, text_too=True)
+        else:
+            allowed[item.name] = kind
+    return TaskSettings(allowed, tuple(paths), tuple(unsettable))
+
+
+def _refusal(kind: SettingKind, value: Any) -> str | None:
+    """Why ``value`` does not fit ``kind``, or None."""
+    if value is None:
+        return None if kind.optional else "expected a value, got null"
+    if kind.kind == "number":
+        return None if _number(value) else f"expected a number, got {value!r}"
+    if kind.kind == "bool":
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+    if kind.kind == "choice":
+        return None if value in kind.choices else f"expected one of {list(kind.choices)}, got {value!r}"
+    if kind.kind == "text" or (kind.text_too and isinstance(value, str)):
+        if not isinstance(value, str):
+            return f"expected text, got {value!r}"
+        return None if len(value) <= MAX_SETTING_TEXT else f"too long; at most {MAX_SETTING_TEXT} characters"
+    if not isinstance(value, list | tuple):
+        return f"expected a list, got {value!r}"
+    if len(value) > MAX_SETTING_TEXT:
+        return f"too long; at most {MAX_SETTING_TEXT} items"
+    for item in value:
+        if isinstance(item, str):
+            if len(item) > MAX_SETTING_TEXT:
+                return f"an item is too long; at most {MAX_SETTING_TEXT} characters"
+            continue
+        numbers = list(item) if isinstance(item, list | tuple) else [item]  # a number, or a range
+        if not numbers or not all(_number(number) for number in numbers):
+            return f"expected a list of numbers, texts or lists of numbers, got the item {item!r}"
+        if not all(abs(number) <= SETTING_CAP * SETTING_FACTOR for number in numbers):  # NaN too
+            return f"holds a number above {SETTING_CAP * SETTING_FACTOR:g}"
+    return None
+
+
+def check_settings(task: TaskSpec) -> None:
+    """Raise TaskError for a setting not on the task's allow-list (:func:`task_settings`), of
+    the wrong kind, or outside its bound (see SETTING_FACTOR)."""
+    settings = task_settings(task.name)
     bounds = setting_bounds(task.name)
     for key, value in task.config.items():
         if key in COORDINATOR_SETTINGS:
             raise TaskError(f"task {task.name!r}: {key} is chosen by the coordinator, not a task setting")
+        if key in settings.paths:
+            raise TaskError(
+                f"task {task.name!r}: invalid config: {key} names a file on the coordinator, which a "
+                "campaign may not choose; the task uses the file reasoning-gym ships"
+            )
+        if key in settings.unsettable:
+            raise TaskError(
+                f"task {task.name!r}: invalid config: {key} cannot be set from a campaign "
+                "(not a number, flag, choice, text or list)"
+            )
+        if key not in settings.allowed:
+            raise TaskError(
+                f"task {task.name!r}: invalid config: {key!r} is not a setting of this task; "
+                f"its settings: {', '.join(sorted(settings.allowed))}"
+            )
+        if (why := _refusal(settings.allowed[key], value)) is not None:
+            raise TaskError(f"task {task.name!r}: invalid config: {key}: {why}")
         if _number(value):
             bound = bounds.get(key, SETTING_CAP)
             if not abs(value) <= bound:  # also refuses NaN
@@ -159,14 +303,6 @@ def check_setting_bounds(task: TaskSpec) -> None:
                     if key in bounds
                     else f"task {task.name!r}: {key}={value:g} is too large; at most {bound:g}"
                 )
-        elif isinstance(value, str | list | tuple | dict) and len(value) > MAX_SETTING_TEXT:
-            raise TaskError(f"task {task.name!r}: {key} is too long; at most {MAX_SETTING_TEXT} items")
-        if isinstance(value, list | tuple) and any(
-            _number(item) and not abs(item) <= SETTING_CAP * SETTING_FACTOR for item in value
-        ):
-            raise TaskError(
-                f"task {task.name!r}: {key} holds a number above {SETTING_CAP * SETTING_FACTOR:g}"
-            )
 
 
 PRESETS: dict[str, TaskMix] = {
