@@ -583,8 +583,16 @@
       else if (message.type === "tables") renderTables(message);
       else if (message.type === "state") renderState(message.state, message.reason);
     };
-    socket.onclose = () => {
+    socket.onclose = (event) => {
       state.socketOpen = false;
+      // 4403: the campaign was made private, or this viewer logged out, lost staff rights or the
+      // session expired (docs/web.md); reconnecting would be refused, so say so and stop.
+      if (event.code === 4403 || event.code === 4404) {
+        const line = document.getElementById("status-line");
+        line.textContent = "This campaign is no longer visible to you (it was made private, or you were logged out): reload the page.";
+        line.dataset.connection = "forbidden";
+        return;
+      }
       retry += 1;
       renderStatus(); // the page says it no longer hears from the server
       setTimeout(connect, Math.min(30000, 500 * 2 ** Math.min(retry, 6)));

@@ -12,8 +12,19 @@ Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
   pool, workers, controls;
 * ``state`` at once when an organizer pauses, resumes, stops or the campaign ends.
 
-A viewer selects agents by sending ``{"type": "watch", "agents": ["node:…", "control:…"]}``.
-Only campaigns the viewer may see are served (public ones, or any for staff).
+A viewer selects agents by sending ``{"type": "watch", "agents": ["node:…", "control:…"]}``
+(at most MAX_WATCHED names of at most 80 characters; the only frame a viewer sends).
+
+Limits (docs/web.md): a frame over MAX_FRAME_BYTES is refused before it is parsed (close 4413);
+more than FRAMES_PER_SECOND frames a second on average (bursts of FRAMES_BURST) close the socket
+(4429); a frame that is not a valid ``watch`` is answered ``{"type": "error", "code":
+"bad_frame", "message": …}`` and changes nothing.
+
+Only campaigns the viewer may see are served (public ones, or any for staff), and that is
+decided again, from the session store and the users table, at most AUTH_RECHECK_SECONDS before
+anything is sent and at least every TABLES_SECONDS: a socket whose campaign was made private,
+or whose viewer logged out, lost staff status or whose session expired, is closed with 4403.
+A campaign the viewer may not see is refused at connect with 4404.
 """
 
 from __future__ import annotations
@@ -22,30 +33,87 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from importlib import import_module
+from types import SimpleNamespace
+from typing import Annotated, Any, Literal
 
+import msgspec
+from autobahn.exception import Disconnected  # daphne's websocket protocol, this project's server
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user
 
 from swarm_app.campaigns import dashboard
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Campaign
+from swarm_app.core.limits import TokenBucket
 
 FLUSH_SECONDS = 0.25  # at most four point pushes a second
 TABLES_SECONDS = 3.0
 IDLE_TABLES_SECONDS = 15.0
 MAX_WATCHED = 8
+MAX_AGENT_CHARS = 80
+# A watch of 8 names of 80 characters is about 800 bytes; nothing a page sends is larger.
+MAX_FRAME_BYTES = 4096
+# The page sends a watch when the viewer changes the selection: a person's clicks, far below this.
+FRAMES_PER_SECOND = 2.0
+FRAMES_BURST = 10.0
+AUTH_RECHECK_SECONDS = 1.0
+CLOSE_NOT_FOUND = 4404  # at connect: no such campaign, or not one this viewer may see
+CLOSE_FORBIDDEN = 4403  # later: the campaign was made private, or the viewer's rights ended
+CLOSE_TOO_BIG = (
+    4413  # a frame over MAX_FRAME_BYTES (autobahn lets an application send only 1000 or 3000-4999)
+)
+CLOSE_RATE = 4429  # more frames than FRAMES_PER_SECOND
 log = logging.getLogger(__name__)
+
+
+class Watch(msgspec.Struct, forbid_unknown_fields=True):
+    """The viewer's selection of agents whose raw points this socket forwards."""
+
+    type: Literal["watch"]
+    agents: Annotated[
+        list[Annotated[str, msgspec.Meta(max_length=MAX_AGENT_CHARS)]], msgspec.Meta(max_length=MAX_WATCHED)
+    ] = []
+
+
+def session_user(session_key: str | None) -> Any:
+    """The user of a session as the session store and the users table say now (AnonymousUser
+    once the session was flushed by a logout, has expired, or its user is inactive or changed
+    password), not as they were when the socket connected."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+
+
+def frame_bytes(text_data: str | None, bytes_data: bytes | None) -> int:
+    """A frame's size in bytes, without encoding a long text (a character is at least a byte)."""
+    if text_data is None:
+        return len(bytes_data or b"")
+    return len(text_data) if len(text_data) > MAX_FRAME_BYTES else len(text_data.encode())
+
+
+def may_see(campaign_id: int, session_key: str | None) -> bool:
+    """Public campaigns are for everyone; private ones for staff."""
+    campaigns = Campaign.objects.filter(pk=campaign_id)
+    if not session_user(session_key).is_staff:
+        campaigns = campaigns.filter(public=True)
+    return campaigns.exists()
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
     campaign_id: int
     pusher: asyncio.Task | None = None
+    closing = False  # this side closed the socket
 
     async def connect(self) -> None:
         self.campaign_id = int(self.scope["url_route"]["kwargs"]["campaign_id"])
-        if not await database_sync_to_async(self._visible)():
-            await self.close(code=4404)
+        session = self.scope.get("session")
+        self.session_key = session.session_key if session is not None else None
+        self.bucket = TokenBucket(FRAMES_PER_SECOND, FRAMES_BURST)
+        self.checked_at = time.monotonic()
+        if not await database_sync_to_async(may_see)(self.campaign_id, self.session_key):
+            await self.close(code=CLOSE_NOT_FOUND)
             return
         self.keys: set[tuple[str, str, int]] = set()
         self.watched: set[str] = set()
@@ -63,19 +131,40 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 await self.pusher
         await self.channel_layer.group_discard(campaign_group(self.campaign_id), self.channel_name)
 
-    def _visible(self) -> bool:
-        user = self.scope.get("user")
-        campaigns = Campaign.objects.filter(pk=self.campaign_id)
-        if not (user is not None and user.is_staff):
-            campaigns = campaigns.filter(public=True)
-        return campaigns.exists()
+    async def _still_allowed(self) -> bool:
+        """Whether the viewer may still see the campaign (asked again at most every
+        AUTH_RECHECK_SECONDS); if not, the socket is closed with CLOSE_FORBIDDEN."""
+        now = time.monotonic()
+        if now - self.checked_at < AUTH_RECHECK_SECONDS:
+            return True
+        self.checked_at = now
+        if await database_sync_to_async(may_see)(self.campaign_id, self.session_key):
+            return True
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
 
     # --- from the viewer -------------------------------------------------------------------
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if isinstance(content, dict) and content.get("type") == "watch":
-            agents = content.get("agents") or []
-            self.watched = {str(a)[:80] for a in agents if isinstance(a, str)}
-            self.watched = set(sorted(self.watched)[:MAX_WATCHED])
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.closing:  # frames that were queued behind our close
+            return
+        if frame_bytes(text_data, bytes_data) > MAX_FRAME_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        if not self.bucket.take():
+            await self.close(code=CLOSE_RATE)
+            return
+        try:
+            watch = msgspec.json.decode(text_data if text_data is not None else bytes_data or b"", type=Watch)
+        except msgspec.DecodeError as error:  # not JSON, or not a watch (ValidationError is one)
+            # The viewer may have gone while its frames were queued: a reply to nobody is dropped.
+            with contextlib.suppress(Disconnected):
+                await self.send_json({"type": "error", "code": "bad_frame", "message": str(error)[:200]})
+            return
+        self.watched = set(watch.agents)
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        self.closing = True
+        await super().close(code=code, reason=reason)
 
     # --- group events ----------------------------------------------------------------------
     async def metrics_points(self, event: dict[str, Any]) -> None:
@@ -89,6 +178,9 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         self.wake.set()
 
     async def campaign_state(self, event: dict[str, Any]) -> None:
+        self.checked_at = float("-inf")  # a change of state is rare: always asked again
+        if not await self._still_allowed():
+            return
         await self.send_json({"type": "state", "state": event["state"], "reason": event.get("reason", "")})
         self.tables_due = True
         self.wake.set()
@@ -105,6 +197,8 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 await asyncio.wait_for(self.wake.wait(), timeout=TABLES_SECONDS)
             self.wake.clear()
             try:
+                if not await self._still_allowed():
+                    return  # the socket is closed
                 last_tables = await self._push(last_tables)
             except Exception:  # a failed query must not end the feed; the next push retries
                 log.exception("dashboard push for campaign %s failed", self.campaign_id)

@@ -22,11 +22,11 @@ from swarm_app.coordinator.database import db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
 from swarm_app.core.consumers import NoDatabaseHopDispatch
+from swarm_app.core.limits import TokenBucket, UnexpectedErrorLog
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(__name__)
-UNEXPECTED_LOG_SECONDS = 60.0  # a connection's internal errors log one traceback per window
 
 FATAL = {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
 CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, ErrorCode.BANNED: 4003}
@@ -77,32 +77,14 @@ class Admission:
 ADMISSION = Admission()
 
 
-class TokenBucket:
-    """At most ``rate`` messages a second on average, bursts of ``burst``."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens, self.stamp = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
-
-
 class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
     node: WorkerNode | None = None
     hello_timer: asyncio.Future | None = None
-    unexpected = 0  # internal errors on this connection
-    unexpected_logged_at = float("-inf")  # when the last traceback was logged
 
     async def connect(self) -> None:
         self.node = None
         self.bucket = TokenBucket(settings.WORKER_RATE_PER_SECOND, settings.WORKER_RATE_BURST)
+        self.unexpected = UnexpectedErrorLog(log, "worker message")
         await self.accept()
         self.hello_timer = asyncio.ensure_future(self._close_without_hello(settings.WORKER_HELLO_SECONDS))
 
@@ -147,19 +129,10 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             if error.code in FATAL:
                 await self.close(code=CLOSE_CODES.get(error.code, 4000))
         except Exception:
-            self._log_unexpected()
+            self.unexpected.exception()
             await self.send(
                 protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
             )
-
-    def _log_unexpected(self) -> None:
-        """A bug's traceback, at most once a minute per connection (each says how many failed so
-        far): a client that finds a failing input must not fill the disks at its message rate."""
-        now = time.monotonic()
-        self.unexpected += 1
-        if now - self.unexpected_logged_at >= UNEXPECTED_LOG_SECONDS:
-            self.unexpected_logged_at = now
-            log.exception("worker message failed (%d on this connection so far)", self.unexpected)
 
     async def dispatch_message(self, message: protocol.Message) -> tuple[str, dict[str, Any]]:
         if message.type == "hello":

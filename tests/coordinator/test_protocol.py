@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from datetime import timedelta
 
@@ -430,22 +431,22 @@ def test_coordinator_scoring_and_records_match_the_worker_definitions():
 
 def test_internal_errors_log_one_traceback_a_minute_per_connection(caplog, monkeypatch):
     """A client repeating an input that fails unexpectedly gets internal_error each time, but the
-    log holds one traceback per minute of them, not one per frame."""
-    from swarm_app.coordinator import consumers
+    log holds one traceback per minute of them, not one per frame (both websockets use this)."""
+    from swarm_app.core import limits
 
-    consumer = consumers.WorkerConsumer()
+    unexpected = limits.UnexpectedErrorLog(logging.getLogger("swarm.test"), "worker message")
     clock = [1000.0]
-    monkeypatch.setattr(consumers.time, "monotonic", lambda: clock[0])
-    caplog.set_level("ERROR", logger=consumers.log.name)
+    monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
+    caplog.set_level("ERROR", logger="swarm.test")
     for _ in range(200):
         try:
             raise RuntimeError("a bug")
         except RuntimeError:
-            consumer._log_unexpected()
+            unexpected.exception()
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is not None
-    clock[0] += consumers.UNEXPECTED_LOG_SECONDS
+    clock[0] += limits.UNEXPECTED_LOG_SECONDS
     try:
         raise RuntimeError("a bug")
     except RuntimeError:
-        consumer._log_unexpected()
+        unexpected.exception()
     assert len(caplog.records) == 2 and "201 on this connection" in caplog.records[1].getMessage()
