@@ -91,14 +91,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from worker.engine.generation.select import BackendUnavailable
     from worker.research.simulate import SimulationConfig, simulate
-    from worker.shared.arms import Arm, controls_for, sapo_table_arms
+    from worker.shared.arms import Arm, controls_for, pool_share_window, sapo_table_arms
     from worker.shared.config import AgentConfig, GRPOConfig
     from worker.shared.questions import preset
     from worker.shared.tiers import tier
 
     _fill_defaults(args, SIMULATE_DEFAULTS)
     spec = tier(args.tier)
-    self_window = max(1, args.pool_window // args.agents)  # the pool's age, per agent
+    self_window = pool_share_window(args.pool_window, args.agents)
     if args.preset == "sapo-table":
         arms = sapo_table_arms(args.questions, self_window=self_window)
     else:

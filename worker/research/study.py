@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.shared.arms import Arm, sapo_table_arms
+from worker.shared.arms import Arm, pool_share_window, sapo_table_arms
 
 # The paper's Table (8 agents, Qwen2.5-0.5B, 2000 rounds, G = 8, one run).
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
@@ -184,7 +184,7 @@ class StudyConfig:
             # 8/0-dyn generates up to max_questions; the arms' names and batches are for B = 8
             raise StudyError("the study's arms are defined for 8 questions per agent per round")
         if self.self_window is None:
-            self.self_window = max(1, self.pool_window // self.agents)
+            self.self_window = pool_share_window(self.pool_window, self.agents)
         if self.max_questions <= self.questions_per_round:
             raise StudyError(f"max_questions must exceed {self.questions_per_round} (8/0-dyn over-generates)")
         if self.other_seeds is not None and self.other_seeds < 1:

@@ -34,6 +34,7 @@ from worker.research.study_text import (
     trend_words,
 )
 from worker.shared import stats
+from worker.shared.arms import pool_share_window
 
 
 def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: int) -> list[Path]:
@@ -192,7 +193,7 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
 def self_window_words(config: dict[str, Any]) -> str:
     """4/4-self's window in words: as large as the pool's per agent (the design's default), or the
     size a run chose (a follow-up matches the rollouts' age instead)."""
-    window, per_agent = config.get("self_window"), config["pool_window"] // config["agents"]
+    window, per_agent = config.get("self_window"), pool_share_window(config["pool_window"], config["agents"])
     if window in (None, per_agent):
         return "a window of the same size"
     return f"a window of its own last {window} groups (the pool holds {per_agent} per agent)"

@@ -36,6 +36,14 @@ REPLAY_SOURCES = ("pool", "self")
 # The kinds of isolated control of a sharing arm I/J (see controls_for).
 CONTROL_KINDS = ("isolated", "filtered", "self", "dyn")
 DEFAULT_SELF_WINDOW = 32  # groups: the study's pool of 256 rollouts over 8 agents
+
+
+def pool_share_window(pool_window: int, agents: int) -> int:
+    """4/4-self's default window in groups: the pool's window over the agents, each agent's share
+    of what the pool holds (so the replayed groups span as many rounds as the pool's)."""
+    return max(1, pool_window // agents)
+
+
 OVER_GENERATION_FACTOR = 2  # 8/0-dyn generates at most 2 B questions
 
 
