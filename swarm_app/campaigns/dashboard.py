@@ -11,10 +11,12 @@ selects. Definitions (also in docs/web.md and on the page):
   those agents (population std).
 * **cumulative reward** (the SAPO paper's measure): the sum over rounds of the per-round mean.
 * **summary**: per tier, cumulative reward of each arm over the first H rounds, H being the
-  rounds every arm of the tier has reached, with a 95% percentile bootstrap interval over
-  agents (workers for the swarm, seeds for the controls; 2,000 resamples, seed 0) of
-  H x the mean over agents of each agent's mean reward per round (rounds up to H, to the
-  nearest BLOCK_ROUNDS-round block); the gain of the swarm over each control arm, in %.
+  rounds every arm of the tier has reached: H x the mean over agents of each agent's mean
+  reward per round over exactly rounds 0..H-1 (workers for the swarm, seeds for the controls),
+  with a 95% percentile bootstrap interval over the same per-agent values (2,000 resamples,
+  seed 0): point and interval come from one set of numbers. It equals the sum of the per-round
+  means when every agent reported every round below H. The gain of the swarm over each control
+  arm, in %, is the ratio of the same two means, its interval a bootstrap over the same values.
 * **mechanism**: per tier and arm, over the same H, the mean over agents of each agent's mean
   per round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
   from other agents, age of the J side, share of clipped steps), with the same bootstrap
@@ -28,12 +30,13 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 from django.db.models import Avg, Count, Q
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, refresh_rollups
+from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_before, refresh_rollups
 from worker.shared import stats
 
 MAX_POINTS = 500
@@ -156,24 +159,35 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
 def _agent_means(
     campaign: Campaign, horizon: dict[str, int]
 ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], dict[str, list[float]]]]:
-    """{(tier, arm): [each agent's mean reward per round over blocks starting before H]}, and
-    {(tier, arm): {mechanism key: [each agent's mean of it per reporting round, same blocks]}}."""
+    """{(tier, arm): [each agent's mean reward per round over rounds 0..H-1]}, and
+    {(tier, arm): {mechanism key: [each agent's mean of it per reporting round, same rounds]}}."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     metric_sums: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(lambda: [0.0, 0])
     )
-    blocks = AgentBlock.objects.filter(campaign=campaign).values_list(
+    # Blocks wholly before H as stored; the block that holds round H cut at H from the raw rows
+    # (rollups.blocks_before), so that every value covers exactly rounds 0..H-1.
+    stored = AgentBlock.objects.filter(campaign=campaign).values_list(
         "tier", "arm", "agent", "block", "rounds", "reward_sum", "metric_sums"
     )
-    for tier, arm, agent, block, rounds, reward_sum, extra in blocks.iterator(chunk_size=5000):
-        if block * BLOCK_ROUNDS < horizon.get(tier, 0):
-            entry = sums[(tier, arm, agent)]
-            entry[0] += reward_sum
-            entry[1] += rounds
-            for key, (total, count) in (extra or {}).items():
-                metric = metric_sums[(tier, arm, agent)][key]
-                metric[0] += total
-                metric[1] += count
+    whole = (
+        row
+        for row in stored.iterator(chunk_size=5000)
+        if (row[3] + 1) * BLOCK_ROUNDS <= horizon.get(row[0], 0)
+    )
+    cut = (
+        (b.tier, b.arm, b.agent, b.block, b.rounds, b.reward_sum, b.metric_sums)
+        for tier, h in horizon.items()
+        for b in blocks_before(campaign.pk, tier, h)
+    )
+    for tier, arm, agent, _block, rounds, reward_sum, extra in chain(whole, cut):
+        entry = sums[(tier, arm, agent)]
+        entry[0] += reward_sum
+        entry[1] += rounds
+        for key, (total, count) in (extra or {}).items():
+            metric = metric_sums[(tier, arm, agent)][key]
+            metric[0] += total
+            metric[1] += count
     means: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (tier, arm, _agent), (total, rounds) in sums.items():
         if rounds:
@@ -262,8 +276,9 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
             if not rows:
                 arms[arm] = None
                 continue
-            cumulative = sum(r[2] for r in rows if r[0] < h)
             values = agent_means.get((tier, arm), [])
+            # The point from the values the interval resamples (not from the per-round means).
+            cumulative = h * sum(values) / len(values) if values else 0.0
             # One agent has no spread to resample: no interval (not a zero-width one).
             interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
             arms[arm] = {

@@ -181,6 +181,19 @@ def _block_rows(queryset) -> Iterable[dict[str, Any]]:
     )
 
 
+def blocks_before(campaign_id: int, tier: str, horizon: int) -> list[AgentBlock]:
+    """Each agent's AgentBlock cut at ``horizon``: the rounds of the block that holds round
+    ``horizon`` which come before it, from the raw rows (at most BLOCK_ROUNDS - 1 rounds per agent),
+    aggregated exactly as a stored block (not saved). Empty when ``horizon`` ends a block."""
+    start = horizon - horizon % BLOCK_ROUNDS
+    if start == horizon:
+        return []
+    rows = RoundMetrics.objects.filter(
+        campaign_id=campaign_id, tier=tier, round__gte=start, round__lt=horizon
+    )
+    return _block_objects(campaign_id, _block_rows(rows))
+
+
 def rebuild_campaign(campaign_id: int) -> None:
     """Recompute a campaign's rollups from all its rows (a backlog never seen, a campaign's end).
 

@@ -217,6 +217,40 @@ def test_series_summary_and_gains_follow_the_definitions(db):
     assert "std" in payload["band"] and "one agent has no band" in payload["band"]
 
 
+def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
+    """Issue #26's constructed campaign: the swarm has run 30 rounds, the control 45, and the
+    control's curve drops after round 30. The summary compares rounds 0..29 (H = 30); an
+    interval from whole 50-round blocks took the control's rounds 30..44 in and sat far below
+    its own point (and the gain's far above it). Point and interval now come from the same
+    per-agent values over exactly rounds 0..H-1, so each interval holds its point."""
+    campaign = make_campaign()
+    swarm = {f"node:w{i}": 0.50 + 0.02 * i for i in range(4)}
+    seeds = {f"control:{i}": 0.48 + 0.02 * i for i in range(3)}
+    add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(30), lambda a, r: swarm[a])
+    add_rows(
+        campaign, "isolated", "tiny-1m", list(seeds), range(45), lambda a, r: seeds[a] if r < 30 else 0.05
+    )
+    tier = dashboard.dashboard_payload(campaign)["summary"]["tiny-1m"]
+    assert tier["horizon"] == 30
+    for arm in ("swarm", "isolated"):
+        row = tier["arms"][arm]
+        assert row["low"] <= row["cumulative"] <= row["high"], (arm, row)
+    assert tier["arms"]["isolated"]["cumulative"] == pytest.approx(30 * 0.50)
+    gain = tier["gains"]["isolated"]
+    assert gain["value"] == pytest.approx((0.53 / 0.50 - 1) * 100)
+    assert gain["low"] <= gain["value"] <= gain["high"], gain
+    # H at a block's edge and past it: the cut block and the whole ones add up the same way.
+    add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(30, 55), lambda a, r: swarm[a])
+    add_rows(campaign, "isolated", "tiny-1m", list(seeds), range(45, 60), lambda a, r: 0.05)
+    tier = dashboard.dashboard_payload(campaign)["summary"]["tiny-1m"]
+    assert tier["horizon"] == 55
+    assert tier["arms"]["isolated"]["cumulative"] == pytest.approx(30 * 0.50 + 25 * 0.05)
+    assert tier["arms"]["swarm"]["cumulative"] == pytest.approx(55 * 0.53)
+    for row in (*[tier["arms"][a] for a in ("swarm", "isolated")], tier["gains"]["isolated"]):
+        point = row.get("cumulative", row.get("value"))
+        assert row["low"] <= point <= row["high"], row
+
+
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
     independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
