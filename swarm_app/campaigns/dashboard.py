@@ -30,13 +30,12 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any
 
 from django.db.models import Avg, Count, Q
 
-from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_before, refresh_rollups
+from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.rollups import MECHANISM_KEYS, blocks_between, refresh_rollups
 from worker.shared import stats
 
 MAX_POINTS = 500
@@ -157,37 +156,25 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
 
 
 def _agent_means(
-    campaign: Campaign, horizon: dict[str, int]
+    campaign: Campaign, horizon: dict[str, int], start: dict[str, int] | None = None
 ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], dict[str, list[float]]]]:
-    """{(tier, arm): [each agent's mean reward per round over rounds 0..H-1]}, and
-    {(tier, arm): {mechanism key: [each agent's mean of it per reporting round, same rounds]}}."""
+    """{(tier, arm): [each agent's mean reward per round over rounds start..H-1]} (start 0 by
+    default), and {(tier, arm): {mechanism key: [each agent's mean of it per reporting round,
+    same rounds]}}: exactly those rounds (rollups.blocks_between), so that a point and its
+    interval come from the same numbers."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     metric_sums: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(lambda: [0.0, 0])
     )
-    # Blocks wholly before H as stored; the block that holds round H cut at H from the raw rows
-    # (rollups.blocks_before), so that every value covers exactly rounds 0..H-1.
-    stored = AgentBlock.objects.filter(campaign=campaign).values_list(
-        "tier", "arm", "agent", "block", "rounds", "reward_sum", "metric_sums"
-    )
-    whole = (
-        row
-        for row in stored.iterator(chunk_size=5000)
-        if (row[3] + 1) * BLOCK_ROUNDS <= horizon.get(row[0], 0)
-    )
-    cut = (
-        (b.tier, b.arm, b.agent, b.block, b.rounds, b.reward_sum, b.metric_sums)
-        for tier, h in horizon.items()
-        for b in blocks_before(campaign.pk, tier, h)
-    )
-    for tier, arm, agent, _block, rounds, reward_sum, extra in chain(whole, cut):
-        entry = sums[(tier, arm, agent)]
-        entry[0] += reward_sum
-        entry[1] += rounds
-        for key, (total, count) in (extra or {}).items():
-            metric = metric_sums[(tier, arm, agent)][key]
-            metric[0] += total
-            metric[1] += count
+    for tier, end in horizon.items():
+        for block in blocks_between(campaign.pk, tier, (start or {}).get(tier, 0), end):
+            entry = sums[(tier, block.arm, block.agent)]
+            entry[0] += block.reward_sum
+            entry[1] += block.rounds
+            for key, (total, count) in (block.metric_sums or {}).items():
+                metric = metric_sums[(tier, block.arm, block.agent)][key]
+                metric[0] += total
+                metric[1] += count
     means: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (tier, arm, _agent), (total, rounds) in sums.items():
         if rounds:
@@ -308,8 +295,43 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
             "gain_vs_isolated": gains[Arm.ISOLATED]["value"],
             "gain_vs_filtered": gains[Arm.FILTERED]["value"],
             "gains": gains,
+            "windows": [],
         }
+    for start, end, window_means in _windows(campaign, horizon):
+        for tier, row in result.items():
+            if end.get(tier) is not None:
+                row["windows"].append(window_row(start[tier], end[tier], window_means, tier))
     return result
+
+
+WINDOWS = 3  # the time course: the gain in thirds of the horizon
+
+
+def _windows(campaign: Campaign, horizon: dict[str, int]) -> list[tuple[dict, dict, dict]]:
+    """[(start, end, agent means)] per third of each tier's horizon (tiers whose H has at least
+    WINDOWS rounds), each window's per-agent means over exactly its rounds."""
+    tiers = {tier: h for tier, h in horizon.items() if h >= WINDOWS}
+    out = []
+    for index in range(WINDOWS):
+        start = {tier: h * index // WINDOWS for tier, h in tiers.items()}
+        end = {tier: h * (index + 1) // WINDOWS for tier, h in tiers.items()}
+        means, _ = _agent_means(campaign, end, start)
+        out.append((start, end, means))
+    return out
+
+
+def window_row(start: int, end: int, means: dict[tuple[str, str], list[float]], tier: str) -> dict[str, Any]:
+    """One window of rounds start..end-1: each arm's mean reward per round (the mean over its
+    agents, 95% bootstrap interval, n) and the swarm's gain over each control arm in % (ratio of
+    the same means, stats.ratio_interval over the same per-agent values)."""
+    arms = {arm.value: estimate(means[(tier, arm)]) for arm in ARMS if means.get((tier, arm))}
+    gains = {}
+    for arm in CONTROL_ARMS:
+        swarm, base = means.get((tier, Arm.SWARM), []), means.get((tier, arm), [])
+        if swarm and base:
+            value = gain_percent(sum(swarm) / len(swarm), sum(base) / len(base))
+            gains[arm.value] = gain_row(value, swarm, base, len(swarm), len(base))
+    return {"start": start, "end": end, "arms": arms, "gains": gains}
 
 
 def mechanism(campaign: Campaign, grouped: dict, metric_means: dict | None = None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, IntegerField, Max, Min, Sum
+from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, IntegerField, Max, Min, Q, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
@@ -181,17 +181,21 @@ def _block_rows(queryset) -> Iterable[dict[str, Any]]:
     )
 
 
-def blocks_before(campaign_id: int, tier: str, horizon: int) -> list[AgentBlock]:
-    """Each agent's AgentBlock cut at ``horizon``: the rounds of the block that holds round
-    ``horizon`` which come before it, from the raw rows (at most BLOCK_ROUNDS - 1 rounds per agent),
-    aggregated exactly as a stored block (not saved). Empty when ``horizon`` ends a block."""
-    start = horizon - horizon % BLOCK_ROUNDS
-    if start == horizon:
-        return []
-    rows = RoundMetrics.objects.filter(
-        campaign_id=campaign_id, tier=tier, round__gte=start, round__lt=horizon
+def blocks_between(campaign_id: int, tier: str, start: int, end: int) -> list[AgentBlock]:
+    """Each agent's rounds ``start..end-1`` as AgentBlocks (not saved): the stored blocks wholly
+    inside the range, and the rounds inside it of the blocks at its edges from the raw rows
+    (at most 2 x (BLOCK_ROUNDS - 1) rounds per agent), aggregated exactly as a stored block.
+    An agent may have several; their sums add up."""
+    first = -(-start // BLOCK_ROUNDS)  # the first block wholly inside
+    last = end // BLOCK_ROUNDS  # blocks before this one end by ``end``
+    raw = RoundMetrics.objects.filter(campaign_id=campaign_id, tier=tier)
+    if first >= last:
+        return _block_objects(campaign_id, _block_rows(raw.filter(round__gte=start, round__lt=end)))
+    stored = AgentBlock.objects.filter(campaign_id=campaign_id, tier=tier, block__gte=first, block__lt=last)
+    edges = raw.filter(
+        Q(round__gte=start, round__lt=first * BLOCK_ROUNDS) | Q(round__gte=last * BLOCK_ROUNDS, round__lt=end)
     )
-    return _block_objects(campaign_id, _block_rows(rows))
+    return [*stored, *_block_objects(campaign_id, _block_rows(edges))]
 
 
 def rebuild_campaign(campaign_id: int) -> None:

@@ -249,6 +249,19 @@ def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
     for row in (*[tier["arms"][a] for a in ("swarm", "isolated")], tier["gains"]["isolated"]):
         point = row.get("cumulative", row.get("value"))
         assert row["low"] <= point <= row["high"], row
+    # The time course: thirds of H, each from exactly its rounds; the control's drop after
+    # round 30 shows in the last window only.
+    windows = tier["windows"]
+    assert [(w["start"], w["end"]) for w in windows] == [(0, 18), (18, 36), (36, 55)]
+    assert windows[0]["arms"]["isolated"]["mean"] == pytest.approx(0.50)
+    assert windows[1]["arms"]["isolated"]["mean"] == pytest.approx((12 * 0.50 + 6 * 0.05) / 18)
+    assert windows[2]["arms"]["isolated"]["mean"] == pytest.approx(0.05)
+    assert windows[2]["arms"]["swarm"]["agents"] == 4
+    for window in windows:
+        gain = window["gains"]["isolated"]
+        assert gain["n"] == [4, 3] and gain["low"] <= gain["value"] <= gain["high"], window
+    assert windows[0]["gains"]["isolated"]["value"] == pytest.approx(6.0)
+    assert windows[2]["gains"]["isolated"]["value"] == pytest.approx((0.53 / 0.05 - 1) * 100)
 
 
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
