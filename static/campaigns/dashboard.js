@@ -292,17 +292,37 @@
         tr.appendChild(cell);
       }
       for (const baseline of arms.map((a) => a.arm).filter((arm) => arm !== "swarm")) {
-        const g = s.gains ? s.gains[baseline] : null;
-        const known = g && g.value !== null;
-        const cell = known ? valueCell(pct(g.value), g.note,
-          g.low !== null ? "[" + pct(g.low) + ", " + pct(g.high) + "]" : null) : el("td", "–", "meta");
-        if (known) cell.append(" ", el("span", "n=" + g.n[0] + " vs " + g.n[1], "n"));
-        cell.dataset.gain = baseline;
-        tr.appendChild(cell);
+        tr.appendChild(gainCell(s.gains ? s.gains[baseline] : null, baseline));
       }
       rows.push(tr);
     }
     fillBody("summary", rows);
+  }
+
+  // The gain per third of H (summary[tier].windows): one row per window, one column per control.
+  function gainCell(g, baseline) {
+    const known = g && g.value !== null;
+    const cell = known ? valueCell(pct(g.value), g.note,
+      g.low !== null ? "[" + pct(g.low) + ", " + pct(g.high) + "]" : null) : el("td", "–", "meta");
+    if (known) cell.append(" ", el("span", "n=" + g.n[0] + " vs " + g.n[1], "n"));
+    cell.dataset.gain = baseline;
+    return cell;
+  }
+
+  function renderWindows(summary, shown) {
+    const controls = (shown || []).filter((a) => a.arm !== "swarm");
+    const head = document.querySelector("#windows thead tr");
+    head.replaceChildren(el("th", "Tier"), el("th", "Rounds"), ...controls.map((a) => el("th", "Gain vs " + a.label)));
+    const rows = [];
+    for (const tier of state.tiers) {
+      for (const w of (summary[tier] && summary[tier].windows) || []) {
+        const tr = el("tr");
+        tr.append(el("td", tier), el("td", w.start + "–" + (w.end - 1)));
+        for (const a of controls) tr.appendChild(gainCell(w.gains[a.arm], a.arm));
+        rows.push(tr);
+      }
+    }
+    fillBody("windows", rows);
   }
 
   // Per tier and arm: the mechanism metrics, each with its interval (or the words) and n.
@@ -505,6 +525,7 @@
     renderState(t.campaign.state, t.campaign.failure_reason);
     if (t.arms) for (const a of t.arms) LABELS[a.arm] = a.label;
     renderSummary(t.summary, t.arms);
+    renderWindows(t.summary, t.arms);
     renderMechanism(t.mechanism, t.mechanism_keys || [], t.arms || []);
     renderPool(t.pool);
     renderControls(t.controls);

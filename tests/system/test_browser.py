@@ -531,6 +531,15 @@ def check_summary(page) -> None:
     assert re.search(r"^4\.75 " + INTERVAL + " n=2$", summary_cell(page, "tiny-1m", "td[data-arm=self]"))
     gain = summary_cell(page, "tiny-1m", "td[data-gain=self]")
     assert re.search(r"^\+17\.9 % " + INTERVAL + " n=4 vs 2$", gain), gain
+    # The gain over time: thirds of H = 10 (rounds 0-2, 3-5, 6-9); constant rewards, so each
+    # window's gain is the whole horizon's, with its interval and n.
+    windows = page.locator("#windows tbody tr", has=page.locator("td:text-is('tiny-1m')"))
+    assert windows.count() == 3
+    assert [windows.nth(i).locator("td").nth(1).inner_text() for i in range(3)] == ["0–2", "3–5", "6–9"]
+    for i in range(3):
+        gain = windows.nth(i).locator("td[data-gain=isolated]").inner_text()
+        assert re.search(r"^\+40\.0 % " + INTERVAL + " n=4 vs 3$", gain), gain
+    assert "Gain vs self-replay" in page.locator("#windows thead th").all_inner_texts()
     row = page.locator("#mechanism tbody tr[data-arm=self]")
     assert row.locator("td").nth(1).inner_text() == "self-replay"
     assert row.locator("td[data-key='batch/external_from_others']").inner_text() == "0.00 [0.00, 0.00] n=2"
