@@ -35,7 +35,7 @@ from typing import Any
 from django.db.models import Avg, Count, Q
 
 from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import MECHANISM_KEYS, blocks_between, refresh_rollups
+from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_between, refresh_rollups
 from worker.shared import stats
 
 MAX_POINTS = 500
@@ -156,7 +156,10 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
 
 
 def _agent_means(
-    campaign: Campaign, horizon: dict[str, int], start: dict[str, int] | None = None
+    campaign: Campaign,
+    horizon: dict[str, int],
+    start: dict[str, int] | None = None,
+    with_metrics: bool = True,
 ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], dict[str, list[float]]]]:
     """{(tier, arm): [each agent's mean reward per round over rounds start..H-1]} (start 0 by
     default), and {(tier, arm): {mechanism key: [each agent's mean of it per reporting round,
@@ -167,7 +170,7 @@ def _agent_means(
         lambda: defaultdict(lambda: [0.0, 0])
     )
     for tier, end in horizon.items():
-        for block in blocks_between(campaign.pk, tier, (start or {}).get(tier, 0), end):
+        for block in blocks_between(campaign.pk, tier, (start or {}).get(tier, 0), end, with_metrics):
             entry = sums[(tier, block.arm, block.agent)]
             entry[0] += block.reward_sum
             entry[1] += block.rounds
@@ -307,15 +310,26 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
 WINDOWS = 3  # the time course: the gain in thirds of the horizon
 
 
+def window_edges(h: int) -> list[int]:
+    """[0, ..., h]: thirds of H, cut at the nearest BLOCK_ROUNDS edge once H holds WINDOWS
+    blocks, so that only the last window reads raw rows (the cut block the summary reads too);
+    exact thirds below that, where the raw rows are few."""
+    if h >= WINDOWS * BLOCK_ROUNDS:
+        cuts = [round(h * i / WINDOWS / BLOCK_ROUNDS) * BLOCK_ROUNDS for i in range(1, WINDOWS)]
+    else:
+        cuts = [h * i // WINDOWS for i in range(1, WINDOWS)]
+    return [0, *cuts, h]
+
+
 def _windows(campaign: Campaign, horizon: dict[str, int]) -> list[tuple[dict, dict, dict]]:
-    """[(start, end, agent means)] per third of each tier's horizon (tiers whose H has at least
-    WINDOWS rounds), each window's per-agent means over exactly its rounds."""
-    tiers = {tier: h for tier, h in horizon.items() if h >= WINDOWS}
+    """[(start, end, agent means)] per window of each tier's horizon (tiers whose H has at least
+    WINDOWS rounds; window_edges), each window's per-agent reward means over exactly its rounds."""
+    edges = {tier: window_edges(h) for tier, h in horizon.items() if h >= WINDOWS}
     out = []
     for index in range(WINDOWS):
-        start = {tier: h * index // WINDOWS for tier, h in tiers.items()}
-        end = {tier: h * (index + 1) // WINDOWS for tier, h in tiers.items()}
-        means, _ = _agent_means(campaign, end, start)
+        start = {tier: cut[index] for tier, cut in edges.items()}
+        end = {tier: cut[index + 1] for tier, cut in edges.items()}
+        means, _ = _agent_means(campaign, end, start, with_metrics=False)
         out.append((start, end, means))
     return out
 

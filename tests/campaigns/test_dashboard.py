@@ -650,3 +650,11 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
     ]
     names = {row["arm"]: row["arm_name"] for row in dashboard.control_rows(campaign)}
     assert names == {"self": "4/4-self", "dyn": "8/0-dyn"} and len(runs) == 2
+
+
+def test_windows_are_thirds_of_the_horizon_cut_at_block_edges_once_it_holds_three_blocks():
+    assert dashboard.window_edges(55) == [0, 18, 36, 55]
+    assert dashboard.window_edges(149) == [0, 49, 99, 149]
+    assert dashboard.window_edges(150) == [0, 50, 100, 150]
+    assert dashboard.window_edges(599) == [0, 200, 400, 599]
+    assert dashboard.window_edges(2000) == [0, 650, 1350, 2000]
