@@ -61,6 +61,8 @@ class EchoConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
         if size > MAX_ECHO_BYTES:
-            await self.close(code=1009)  # 1009: message too big
+            # 4413, as the browser socket: autobahn refuses 1009 from an application (it allows
+            # 1000 and 3000-4999 only), and the close became a traceback.
+            await self.close(code=4413)
             return
         await self.send(text_data=text_data, bytes_data=bytes_data)

@@ -14,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from websockets.exceptions import InvalidHandshake
 
+from swarm_app.core.consumers import MAX_ECHO_BYTES
 from tests.campaigns.helpers import make_campaign
 from tests.servers import asgi_server
 
@@ -103,3 +104,16 @@ def test_the_echo_websocket_exists_only_when_a_benchmark_enables_it(transactiona
         echo_answer(base)
     with asgi_server(tmp_path / "bench.log", SWARM_BENCH_ECHO="1") as base:
         assert echo_answer(base) == "ping"
+        assert asyncio.run(echo_close_code(base, "x" * (MAX_ECHO_BYTES + 1))) == 4413
+    assert "Traceback" not in (tmp_path / "bench.log").read_text()
+
+
+async def echo_close_code(base: str, frame: str) -> int | None:
+    """The code the echo closes with after ``frame`` (an oversized one is not echoed)."""
+    async with websockets.connect(base.replace("http", "ws") + "/ws/echo/", max_size=None) as ws:
+        await ws.send(frame)
+        try:
+            await asyncio.wait_for(ws.recv(), timeout=10)
+        except websockets.ConnectionClosed:
+            return ws.close_code
+    return None
