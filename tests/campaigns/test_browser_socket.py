@@ -18,6 +18,7 @@ import pytest
 import websockets
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -98,6 +99,15 @@ def logged_in(username: str, staff: bool) -> tuple[Client, str]:
 
 
 def revoke(how: str, campaign, client: Client, session_key: str, username: str) -> None:
+    """Runs in a thread of its own: its database connection is closed at the end, or each test
+    would keep one of the pool's connections (PostgreSQL) and starve later tests."""
+    try:
+        _revoke(how, campaign, client, session_key, username)
+    finally:
+        connection.close()
+
+
+def _revoke(how: str, campaign, client: Client, session_key: str, username: str) -> None:
     if how == "campaign made private":
         campaign.public = False
         campaign.save(update_fields=["public"])
