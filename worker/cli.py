@@ -2,7 +2,7 @@
 
 swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
-swarm-worker study [--quick]        run the SAPO table study (issues #8, #18), resumable
+swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #29), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
 """
 
@@ -16,7 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from worker import __version__
-from worker.research.study import ARM_ORDER, DEFAULT_OUT, QUICK_OUT, REQUIRED_ARMS, StudyConfig, StudyError
+from worker.research.study import (
+    ARM_ORDER,
+    DEFAULT_DESIGN,
+    DEFAULT_OUT,
+    DESIGN_OUT,
+    DESIGNS,
+    QUICK_OUT,
+    REQUIRED_ARMS,
+    V3_REQUIRED_ARMS,
+    StudyConfig,
+    StudyError,
+)
 from worker.research.study_runner import DEFAULT_JOBS, run_study
 
 # Options whose default is a setting's own (a dataclass field or a constant): None on the command
@@ -234,13 +245,15 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     """Run (or resume) the SAPO table study; results after every cell."""
-    base = StudyConfig.quick_config() if args.quick else StudyConfig()
+    design = args.design or DEFAULT_DESIGN
+    base = StudyConfig.quick_config(design) if args.quick else StudyConfig(design=design)
     # A quick run stays in one process: spawning a second costs more than its few cells.
     jobs = args.jobs or (1 if args.quick else DEFAULT_JOBS)
-    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    if args.quick and out.resolve() == DEFAULT_OUT.resolve():
+    out = args.out or (QUICK_OUT if args.quick else DESIGN_OUT[design])
+    documented = [path for path in DESIGN_OUT.values() if out.resolve() == path.resolve()]
+    if args.quick and documented:
         # The documented results must come from a full run, never from a smoke test.
-        print(f"swarm-worker study: a --quick run does not write {DEFAULT_OUT}", file=sys.stderr)
+        print(f"swarm-worker study: a --quick run does not write {documented[0]}", file=sys.stderr)
         return 2
     # The same seeds for every arm: that is what makes the arms' differences pair.
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or len(base.seeds))))
@@ -254,9 +267,13 @@ def cmd_study(args: argparse.Namespace) -> int:
         "learning_rate": args.lr,
         "num_iterations": args.num_iterations,
         "self_window": args.self_window,
+        "questions_per_round": args.questions,
+        "decay_rounds": args.decay_rounds,
     }
     try:
         values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
+        if args.questions is not None:
+            values["max_questions"] = None  # 8/0-dyn's cap follows B: 2 max(B, 8)
         if args.arms:
             values["arms"] = args.arms.split(",")
         if args.other_seeds is not None:
@@ -265,8 +282,9 @@ def cmd_study(args: argparse.Namespace) -> int:
             values["learning_rate"] = None  # the chosen tier's default, not tiny-1m's
         config = StudyConfig(**values)
         print(
-            f"study: {len(config.arms)} arms ({', '.join(config.arms)}), {len(config.seeds)} seeds "
-            f"(arms outside {', '.join(REQUIRED_ARMS)}: {len(config.seeds_of('6/2'))}), {config.agents} "
+            f"study (design {config.design}): {len(config.arms)} arms ({', '.join(config.arms)}), "
+            f"{len(config.seeds)} seeds (arms outside {', '.join(config.required_arms)}: "
+            f"{len(config.seeds_of('6/2'))}), B = {config.questions_per_round}, {config.agents} "
             f"agents x {config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
             f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
             flush=True,
@@ -445,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help=f"results JSON (default: {DEFAULT_OUT}; --quick: a temp dir)",
+        help=f"results JSON (default: {DEFAULT_OUT}, v2: {DESIGN_OUT['v2']}; --quick: a temp dir)",
     )
     study.add_argument(
         "--seeds",
@@ -468,16 +486,38 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"GRPO passes per round (default {full.num_iterations})",
     )
     study.add_argument(
+        "--design",
+        choices=DESIGNS,
+        default=None,
+        help=f"the study's design: v3 (issue #29: 4/4@B4, backfill; pre-registered 4/4@B4 vs 8/0; "
+        f"{DESIGN_OUT['v3']}) or v2 (issue #18: 4/4 vs 4/4-self; {DESIGN_OUT['v2']}); default "
+        f"{DEFAULT_DESIGN}",
+    )
+    study.add_argument(
         "--arms",
         default=None,
-        help=f"comma-separated arms, of {', '.join(ARM_ORDER)} (default {','.join(full.arms)})",
+        help=f"comma-separated arms, of {', '.join(ARM_ORDER)}, or any of them at another B as "
+        f"<arm>@B<n> (default {','.join(full.arms)}; v2: {','.join(StudyConfig(design='v2').arms or [])})",
+    )
+    study.add_argument(
+        "--questions",
+        type=int,
+        default=None,
+        help=f"B: questions each agent generates per round, for the arms that do not fix their own "
+        f"(@B<n>; default {full.questions_per_round}); I and J stay the arm's",
+    )
+    study.add_argument(
+        "--decay-rounds",
+        type=int,
+        default=None,
+        help=f"4/4-decay's T: its J falls linearly from 4 to 0 by this round (default {full.decay_rounds})",
     )
     study.add_argument(
         "--other-seeds",
         type=int,
         default=None,
-        help=f"seeds of the arms outside {', '.join(REQUIRED_ARMS)} (the first N; default "
-        f"{full.other_seeds}; 0: all)",
+        help=f"seeds of the arms outside the required ones ({', '.join(V3_REQUIRED_ARMS)}; v2: "
+        f"{', '.join(REQUIRED_ARMS)}) (the first N; default {full.other_seeds}; 0: all)",
     )
     study.add_argument(
         "--self-window",

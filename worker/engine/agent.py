@@ -23,6 +23,18 @@ Controls of issue #18 (worker/shared/arms.py), set in :class:`~worker.shared.con
   ``max_questions`` in all. The round's ``reward`` stays the mean over its first B questions
   (those every arm sees); ``generation/questions`` counts all of them.
 
+Batch rules of issue #29 (``AgentConfig.batch_rule``, worker/shared/sampling.py's
+``batch_request``): before step 4 the agent sets this round's I_r and J_r. ``fixed``: I and J.
+``backfill``: every own group the local strategy accepts (at most I), then external groups up
+to B in all (at most J); the pool is asked for exactly that many. ``decay``: J falls linearly
+to 0 over ``decay_rounds`` rounds and its slots go to own groups. ``questions_per_round`` (B)
+is what the agent generates, separate from I and J: ``4/4@B4`` generates 4 and trains on those
+4 plus 4 external (the SAPO reference code's semantics), ``4/4`` generates 8 and trains on 4.
+
+Compute (every round): ``generation/completions`` and ``generation/tokens`` (completion tokens
+generated, over-generation included), ``train/completions`` and ``train/tokens`` (prompt +
+completion tokens trained on: what ``num_tokens`` adds up).
+
 Steps 1-3 are :meth:`Agent.generate_phase`, steps 4-7 :meth:`Agent.train_phase`; the
 simulator runs every agent's generate phase before any train phase so that a lockstep swarm
 shares within a round, while a volunteer runs :meth:`Agent.run_round` and shares
@@ -49,7 +61,7 @@ from worker.shared.prompts import render_prompt
 from worker.shared.questions import TaskMix
 from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Behaviour, Rollout
-from worker.shared.sampling import assemble_batch, qualifies
+from worker.shared.sampling import assemble_batch, batch_request, qualifies
 
 
 @dataclass
@@ -172,6 +184,7 @@ class Agent:
         self._generation = {
             "generation_time": generation_time,
             "generated_tokens": float(generated),
+            "generation/tokens": float(generated),  # completion tokens, every question generated
             "generation/questions": float(len(groups)),
             "generation/completions": float(len(groups) * cfg.group_size),
             "generation/calls": float(calls),
@@ -201,20 +214,30 @@ class Agent:
         local_rollouts = [g.rollout for g in self._local]
         external: list[Rollout] = []
         self_replay = cfg.replay == "self"
+        # this round's I_r and J_r under the batch rule (fixed: I and J)
+        num_local, num_external = batch_request(
+            cfg.batch_rule,
+            cfg.num_local,
+            cfg.num_external,
+            cfg.questions_per_round,
+            self.round,
+            sum(qualifies(r, cfg.local_strategy) for r in local_rollouts),
+            cfg.decay_rounds,
+        )
         if self_replay:
             # this round's groups join the window first; the local picks are excluded below
             self.window.extend(local_rollouts)
             external = list(self.window)
-        elif cfg.num_external > 0:
+        elif num_external > 0:
             external = self.transport.sample_external(
-                self.agent_id, self.round, cfg.num_external, cfg.external_strategy
+                self.agent_id, self.round, num_external, cfg.external_strategy
             )
         rng = random.Random(stable_seed(cfg.seed, self.agent_id, self.round, "batch"))
         batch, stats = assemble_batch(
             local_rollouts,
             external,
-            cfg.num_local,
-            cfg.num_external,
+            num_local,
+            num_external,
             cfg.local_strategy,
             cfg.external_strategy,
             rng,
@@ -244,8 +267,12 @@ class Agent:
             self.backend.sync_weights(self.model)
         else:
             step = {"trained": 0.0, "step_time": 0.0}
-        self.tokens_seen += sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        trained_tokens = sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+        self.tokens_seen += trained_tokens
         metrics.update(step)
+        # compute of the round: what it trained on (prompt + completion tokens, as num_tokens)
+        metrics["train/completions"] = float(len(samples))
+        metrics["train/tokens"] = float(trained_tokens)
         metrics.update(self._generation)
         metrics["num_tokens"] = float(self.tokens_seen)
         metrics["tokens_per_second"] = self._generation["generated_tokens"] / max(

@@ -57,8 +57,9 @@ class SimulationConfig:
 
 
 def agent_config_for(base: AgentConfig, arm: Arm) -> AgentConfig:
-    """``base`` with the arm's batch, strategies, replay source and over-generation."""
-    return AgentConfig(**{**base.to_json(), **arm.agent_overrides()})
+    """``base`` with the arm's B, batch, strategies, replay source, over-generation, batch rule
+    and external correction (:meth:`Arm.apply`)."""
+    return arm.apply(base)
 
 
 class Swarm:

@@ -1,6 +1,34 @@
-"""The SAPO table at CPU scale (issues #8 and #18): the study's design, settings and results file.
+"""The SAPO table at CPU scale (issues #8, #18 and #29): the study's design, settings and results file.
 
-Does sharing rollouts beat training alone, or is 4/4's gain batch curation and reuse of
+**Design v3 (issue #29, the default; pre-registered here before any of its data).** The v2
+study (below) answered a different question from the paper's: every arm generated B = 8
+questions a round, so its 4/4 trained on 4 of its own 8 and threw the rest away. In the SAPO
+reference code (Gensyn's rl-swarm reasoning-gym experiment) I is the number of questions a node
+*generates* (``num_train_samples``) and J the number of groups it takes from the swarm
+(``num_transplant_trees``). v3 therefore runs, with B explicit per arm (worker/shared/arms.py):
+
+* ``4/4@B4``: generate 4, train on them (filtered) plus 4 external: the paper's 4/4 under the
+  paper's semantics, at half of 8/0's generation;
+* ``backfill``: generate 8, train on every informative own group, then fill the batch to 8
+  groups with informative external ones (J = 8 minus the informative own groups, per round);
+* ``8/0``, ``8/0-dyn``, ``4/4`` (generate 8, train on 4 + 4: the v2 semantics, unchanged name
+  and behaviour) and ``4/4-self``, kept so that v2's results can be compared;
+* exploratory: ``4/4-is`` (4/4 with the truncated importance-sampling correction of external
+  rollouts, which the engine supports: ``GRPOConfig.external_importance_sampling_correction``)
+  and ``4/4-decay`` (the schedule that follows v2's crossover: J falls linearly from 4 to 0 by
+  round ``decay_rounds`` = 30, its slots going to own groups).
+
+**Pre-registered (v3), fixed before the data:** primary ``4/4@B4 - 8/0`` (the paper's
+comparison under the paper's semantics); secondaries ``backfill - 8/0`` and
+``backfill - 8/0-dyn`` (sharing as backfill against the paper's baseline, and against curation
+by over-generation); Holm's adjustment over these three only (:data:`V3_FAMILY`). Exploratory,
+unadjusted: the paired differences per window (thirds of the horizon: rounds 1..R/3, ..,
+2R/3..R) of the family's comparisons, 4/4-is against 4/4 and 8/0, 4/4-decay against 8/0 and
+4/4, and the v2 comparisons (:data:`V3_EXPLORATORY`). Compute is recorded per agent-round
+(generated completions and tokens, trained tokens: :data:`MECHANISM_METRICS`).
+
+**Design v2 (issue #18; ``--design v2``, docs/experiments/sapo-table-cpu.json).** Does sharing
+rollouts beat training alone, or is 4/4's gain batch curation and reuse of
 slightly older data? The study runs the SAPO paper's arms (8/0, 6/2, 4/4, 2/6; I local / J
 external rollouts trained on per round, zero-advantage groups dropped as in the paper's SAPO
 arms), 4/4-unfiltered, the sanity arm 8/0-filtered (it cannot differ much from 8/0: with B = I
@@ -10,7 +38,7 @@ batch, same staleness, no other agent) and **8/0-dyn** (over-generation until 8 
 groups, at most 16 questions: same batch, more generation). N agents, 8 questions per agent per
 round, in the in-process simulator (worker/research/simulate.py).
 
-**Pre-registered** (fixed here before the study's data): the primary comparison
+**Pre-registered (v2)** (fixed here before that study's data): the primary comparison
 4/4 - 4/4-self (sharing against self-replay at the same curation and staleness) and two
 secondary ones, 4/4 - 8/0-dyn (sharing against curation by over-generation) and
 4/4-self - 8/0 (curation plus reuse against the paper's baseline). Holm's adjustment runs over
@@ -19,10 +47,12 @@ exploratory and shown unadjusted.
 
 A **cell** is one (arm, seed). The seed fixes every agent's question stream and generation
 seeds, and is the same across arms, so the arms of one seed see the same questions in round 1
-and differences between arms pair by seed. The :data:`REQUIRED_ARMS` run on every seed; the
+and differences between arms pair by seed. The required arms (:data:`V3_REQUIRED_ARMS`; v2:
+:data:`REQUIRED_ARMS`) run on every seed; the
 others on the first ``other_seeds`` seeds (all when None).
 
-Results (``docs/experiments/sapo-table-cpu.json`` by default)::
+Results (``docs/experiments/sapo-table-cpu-v3.json`` by default, v2's in
+``docs/experiments/sapo-table-cpu.json``)::
 
     {"config": {settings, "seeds": [...], "rounds": R, "elapsed_seconds": ..., "versions": ...},
      "arms":   {"8/0": [cumulative reward of seed s for s in config.seeds], ...},
@@ -31,7 +61,9 @@ Results (``docs/experiments/sapo-table-cpu.json`` by default)::
 
 ``arms[a][i]`` belongs to ``config["seeds"][i]`` and is null while that cell has not run.
 ``mechanism`` holds the per-round curves of :data:`MECHANISM_METRICS` (absent in files of the
-old design, issue #8).
+old design, issue #8; v2's lack the compute metrics). A v3 file's config also records
+``design`` ("v3"), every arm's B (``arm_questions``, and ``questions_per_round`` in each of
+``arm_definitions``) and what each arm generates and trains on (``arm_semantics``).
 
 **Cumulative reward** of a cell = sum over rounds r of the per-round mean reward
 m_r = (1/N) sum_n reward_{n,r}, where reward_{n,r} is agent n's mean verified reward over its
@@ -51,17 +83,40 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.shared.arms import Arm, pool_share_window, sapo_table_arms
+from worker.shared.arms import (
+    DEFAULT_DECAY_ROUNDS,
+    Arm,
+    pool_share_window,
+    sapo_table_arms,
+    study_v3_arms,
+    with_questions,
+)
 
 # The paper's Table (8 agents, Qwen2.5-0.5B, 2000 rounds, G = 8, one run).
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
-QUESTIONS_PER_ROUND = 8  # the issue's (and paper's) B; the arms are named for I + J = 8
-ARM_NAMES = [arm.name for arm in sapo_table_arms(QUESTIONS_PER_ROUND)]
-ARM_ORDER = ["8/0", "6/2", "4/4", "2/6", "8/0-filtered", "4/4-unfiltered", "4/4-self", "8/0-dyn"]
-# At full strength (every seed); the others run on the first StudyConfig.other_seeds seeds.
+# B of the arms that do not fix their own (``@B<n>``); the arms' I/J are named for I + J = 8
+QUESTIONS_PER_ROUND = 8
+BATCH = 8  # I + J of the table's arms (and backfill's target)
+ARM_ORDER = [
+    "8/0",
+    "6/2",
+    "4/4",
+    "2/6",
+    "8/0-filtered",
+    "4/4-unfiltered",
+    "4/4-self",
+    "8/0-dyn",
+    # issue #29 (design v3)
+    "4/4@B4",
+    "backfill",
+    "4/4-decay",
+    "4/4-is",
+]
+ARM_NAMES = list(ARM_ORDER)  # and any of them at another B: ``<name>@B<n>``
+# v2 (issue #18): at full strength (every seed); the others run on the first other_seeds seeds.
 REQUIRED_ARMS = ["8/0", "4/4", "4/4-self", "8/0-dyn"]
-# What `swarm-worker study` runs by default: the required arms and the paper's 6/2 and 2/6 (the
-# budget, docs/experiments/README.md); 8/0-filtered and 4/4-unfiltered with --arms.
+# What `swarm-worker study --design v2` runs by default: the required arms and the paper's 6/2
+# and 2/6 (the budget, docs/experiments/README.md); 8/0-filtered and 4/4-unfiltered with --arms.
 DEFAULT_ARMS = ["8/0", "6/2", "4/4", "2/6", "4/4-self", "8/0-dyn"]
 BASELINE = "8/0"
 # Pre-registered before the data (issue #18): (a, b) means a - b.
@@ -83,6 +138,35 @@ EXPLORATORY = [
     ("4/4-unfiltered", "8/0"),
 ]
 COMPARISONS = FAMILY + EXPLORATORY
+
+# --- design v3 (issue #29): pre-registered before any of its data -------------------------------
+V3_PRIMARY = ("4/4@B4", "8/0")  # the paper's comparison under the paper's semantics (B = I)
+V3_SECONDARY = [
+    ("backfill", "8/0"),  # sharing as backfill vs the paper's baseline (same generation)
+    ("backfill", "8/0-dyn"),  # backfill vs curation by over-generation (same batch, less generation)
+]
+V3_FAMILY = [V3_PRIMARY, *V3_SECONDARY]  # Holm's adjustment runs over these only
+# Exploratory (unadjusted p); the windows (thirds of the horizon) of every comparison too.
+V3_EXPLORATORY = [
+    ("4/4", "8/0"),
+    ("4/4@B4", "4/4"),
+    ("backfill", "4/4"),
+    ("4/4-is", "4/4"),
+    ("4/4-is", "8/0"),
+    ("4/4-decay", "8/0"),
+    ("4/4-decay", "4/4"),
+    ("8/0-dyn", "8/0"),
+    ("4/4", "4/4-self"),
+    ("4/4-self", "8/0"),
+]
+V3_COMPARISONS = V3_FAMILY + V3_EXPLORATORY
+# At full strength (every seed): the primary's and the secondaries' arms; the others on the
+# first other_seeds seeds.
+V3_REQUIRED_ARMS = ["8/0", "4/4@B4", "backfill", "8/0-dyn"]
+V3_DEFAULT_ARMS = ["8/0", "4/4", "4/4-self", "8/0-dyn", "4/4@B4", "backfill", "4/4-decay", "4/4-is"]
+WINDOWS = 3  # exploratory time course: the horizon in thirds
+DESIGNS = ("v2", "v3")
+DEFAULT_DESIGN = "v3"
 # The old design's (issue #8) primary and comparisons (its Holm family: all of them), to read
 # its results file as its report did.
 OLD_PRIMARY = ("4/4", "8/0-filtered")
@@ -100,6 +184,14 @@ OLD_COMPARISONS = [
 # Per-round means over the agents kept for each cell: what shows the mechanism (agent metrics,
 # worker/engine/agent.py and trainer.py).
 MECHANISM_METRICS = [
+    # what the round asked for under its batch rule (backfill and decay vary it per round)
+    "batch/local_requested",
+    "batch/external_requested",
+    # compute (issue #29): generated and trained per agent-round
+    "generation/completions",
+    "generation/tokens",
+    "train/completions",
+    "train/tokens",
     "batch/informative_groups",
     "batch/local_used",
     "batch/external_used",
@@ -115,7 +207,10 @@ MECHANISM_METRICS = [
     "generation/questions",
     "completions/mean_length",
 ]
-DEFAULT_OUT = Path("docs/experiments/sapo-table-cpu.json")
+V2_OUT = Path("docs/experiments/sapo-table-cpu.json")
+V3_OUT = Path("docs/experiments/sapo-table-cpu-v3.json")
+DEFAULT_OUT = V3_OUT  # the default design's
+DESIGN_OUT = {"v2": V2_OUT, "v3": V3_OUT}
 QUICK_OUT = Path(tempfile.gettempdir()) / "swarm-study-quick" / "sapo-table-cpu.json"
 CUMULATIVE_DEFINITION = (
     "sum over rounds of the per-round mean reward over the agents (each agent's reward: mean verified "
@@ -153,18 +248,22 @@ class StudyConfig:
     temperature: float = 1.0
     beta: float = 0.0
     pool_window: int = 256
-    arms: list[str] = field(default_factory=lambda: list(DEFAULT_ARMS))
+    arms: list[str] | None = None  # None: the design's default arms
     quick: bool = False
+    # B of every arm that does not fix its own (``@B<n>``, e.g. 4/4@B4); any B >= 1 for which
+    # each arm is valid (I <= B; 8/0-dyn's cap above B)
     questions_per_round: int = QUESTIONS_PER_ROUND
-    # seeds of the arms outside REQUIRED_ARMS: the first other_seeds of ``seeds`` (None: all)
+    # seeds of the arms outside the required ones: the first other_seeds of ``seeds`` (None: all)
     other_seeds: int | None = DEFAULT_OTHER_SEEDS
     # 4/4-self's window in groups: the pool's window over the agents (same age of rollouts)
     self_window: int | None = None
-    max_questions: int = 2 * QUESTIONS_PER_ROUND  # 8/0-dyn's cap
+    max_questions: int | None = None  # 8/0-dyn's cap; None: 2 max(B, 8) (16 at B = 8)
+    design: str = DEFAULT_DESIGN  # "v3" (issue #29) or "v2" (issue #18): family and defaults
+    decay_rounds: int = DEFAULT_DECAY_ROUNDS  # 4/4-decay's T (v3)
 
     @classmethod
-    def quick_config(cls) -> StudyConfig:
-        """A smoke test: 2 agents, 2 rounds, 2 seeds, G = 2, 4 tokens (about 10-20 s)."""
+    def quick_config(cls, design: str = DEFAULT_DESIGN) -> StudyConfig:
+        """A smoke test: 2 agents, 2 rounds, 2 seeds, G = 2, 4 tokens (about 10-20 s a cell)."""
         return cls(
             agents=2,
             rounds=2,
@@ -173,66 +272,142 @@ class StudyConfig:
             max_new_tokens=4,
             quick=True,
             other_seeds=None,
-            arms=list(ARM_ORDER),
+            arms=list(ARM_ORDER if design == "v3" else ARM_ORDER[:8]),
+            design=design,
         )
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.arms if name not in ARM_NAMES]
-        if unknown:
-            raise StudyError(f"unknown arms {unknown}; arms: {', '.join(ARM_NAMES)}")
-        if self.questions_per_round != QUESTIONS_PER_ROUND:
-            # 8/0-dyn generates up to max_questions; the arms' names and batches are for B = 8
-            raise StudyError("the study's arms are defined for 8 questions per agent per round")
+        if self.design not in DESIGNS:
+            raise StudyError(f"unknown design {self.design!r}; designs: {', '.join(DESIGNS)}")
+        if self.arms is None:
+            self.arms = list(V3_DEFAULT_ARMS if self.design == "v3" else DEFAULT_ARMS)
+        if self.questions_per_round < 1:
+            raise StudyError("questions_per_round (B) must be at least 1")
         if self.self_window is None:
             self.self_window = pool_share_window(self.pool_window, self.agents)
-        if self.max_questions <= self.questions_per_round:
-            raise StudyError(f"max_questions must exceed {self.questions_per_round} (8/0-dyn over-generates)")
+        if self.max_questions is None:
+            self.max_questions = 2 * max(self.questions_per_round, BATCH)
         if self.other_seeds is not None and self.other_seeds < 1:
             raise StudyError("other_seeds must be >= 1 (or None: every seed)")
+        if self.decay_rounds < 1:
+            raise StudyError("decay_rounds must be >= 1")
         if self.learning_rate is None:
             from worker.shared.tiers import tier
 
             self.learning_rate = tier(self.tier).learning_rate
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             raise StudyError(f"seeds must be distinct and at least one, got {self.seeds}")
+        for name in self.arms:  # every arm must run at this B (I <= B, 8/0-dyn's cap above B)
+            arm = self.arm(name)
+            try:
+                arm.apply(self.agent_base())
+            except ValueError as error:
+                raise StudyError(
+                    f"arm {name} at B = {arm.questions(self.questions_per_round)}: {error}"
+                ) from None
+
+    def arm(self, name: str) -> Arm:
+        """The arm ``name`` as this study runs it (its window, cap, T and B)."""
+        return resolve_arm(name, self.self_window, self.max_questions, self.decay_rounds)
+
+    def agent_base(self) -> Any:
+        """The AgentConfig every arm of this study starts from (B, G, tokens; the arm sets I, J)."""
+        from worker.shared.config import AgentConfig
+
+        return AgentConfig(
+            questions_per_round=self.questions_per_round,
+            num_local=min(BATCH, self.questions_per_round),
+            group_size=self.group_size,
+            max_new_tokens=self.max_new_tokens,
+        )
+
+    @property
+    def required_arms(self) -> list[str]:
+        return list(V3_REQUIRED_ARMS if self.design == "v3" else REQUIRED_ARMS)
 
     def settings(self) -> dict[str, Any]:
-        """What defines the experiment: a results file resumes only with equal settings."""
+        """What defines the experiment: a results file resumes only with equal settings. A v2
+        study's settings are those of the v2 files (no ``design``, no ``decay_rounds``)."""
         data = asdict(self)
         del data["seeds"], data["arms"]
+        if self.design == "v2":
+            del data["design"], data["decay_rounds"]
         return data
 
     def seeds_of(self, arm: str) -> list[int]:
         """The seeds ``arm`` runs on: all for the required arms, the first other_seeds otherwise."""
-        if arm in REQUIRED_ARMS or self.other_seeds is None:
+        if arm in self.required_arms or self.other_seeds is None:
             return list(self.seeds)
         return list(self.seeds[: self.other_seeds])
 
     def agent_rounds(self) -> int:
+        assert self.arms is not None
         return sum(len(self.seeds_of(a)) for a in self.arms) * self.agents * self.rounds
 
 
-def arm_by_name(self_window: int | None = None, max_questions: int | None = None) -> dict[str, Arm]:
-    """The study's arms by name (4/4-self's window and 8/0-dyn's cap as the study sets them)."""
+def order_arms(names: list[str]) -> list[str]:
+    """``names`` without repeats, in :data:`ARM_ORDER`'s order, then the others (``@B<n>``
+    variants) in the order given."""
+    known = [a for a in ARM_ORDER if a in names]
+    return known + [a for a in dict.fromkeys(names) if a not in ARM_ORDER]
+
+
+def design_of(results: dict[str, Any]) -> str:
+    """A results file's design: ``v3``, ``v2`` (pre-registered, no design recorded) or ``v1``
+    (issue #8: no pre-registered family)."""
+    config = results["config"]
+    if "preregistered" not in config:
+        return "v1"
+    return config.get("design", "v2")
+
+
+def arm_by_name(
+    self_window: int | None = None, max_questions: int | None = None, decay_rounds: int | None = None
+) -> dict[str, Arm]:
+    """The study's arms by name (4/4-self's window, 8/0-dyn's cap and 4/4-decay's T as the
+    study sets them); B is the study's for every arm but ``4/4@B4``."""
     from worker.shared.arms import DEFAULT_SELF_WINDOW, over_generation_arm
 
-    arms = {arm.name: arm for arm in sapo_table_arms(QUESTIONS_PER_ROUND, self_window or DEFAULT_SELF_WINDOW)}
+    arms = {arm.name: arm for arm in sapo_table_arms(BATCH, self_window or DEFAULT_SELF_WINDOW)}
+    arms.update({arm.name: arm for arm in study_v3_arms(BATCH, decay_rounds or DEFAULT_DECAY_ROUNDS)})
     if max_questions is not None:
-        arms["8/0-dyn"] = over_generation_arm(QUESTIONS_PER_ROUND, max_questions)
+        arms["8/0-dyn"] = over_generation_arm(BATCH, max_questions)
     return arms
+
+
+def resolve_arm(
+    name: str,
+    self_window: int | None = None,
+    max_questions: int | None = None,
+    decay_rounds: int | None = None,
+) -> Arm:
+    """An arm of :data:`ARM_ORDER`, or any of them at another B: ``<name>@B<n>`` (e.g.
+    ``8/0@B16``, ``backfill@B4``). Raises :class:`StudyError` for an unknown name."""
+    try:
+        arms = arm_by_name(self_window, max_questions, decay_rounds)
+    except ValueError as error:
+        raise StudyError(str(error)) from None
+    if name in arms:
+        return arms[name]
+    base, _, questions = name.rpartition("@B")
+    if base in arms and questions.isdigit() and int(questions) >= 1:
+        return with_questions(arms[base], int(questions))
+    raise StudyError(
+        f"unknown arm {name!r}; arms: {', '.join(ARM_ORDER)}, or any of them at another B as <arm>@B<n>"
+    )
 
 
 def campaign_overrides(arm_name: str) -> dict[str, Any]:
     """The ``sapo-table`` campaign preset's overrides that run a study arm on the platform.
 
-    A campaign runs one swarm arm (I/J, strategies) plus, per tier and seed, its isolated
-    controls (worker.shared.campaign.ControlsConfig): ``isolated`` (8/0), ``filtered``
+    A campaign runs one swarm arm (I/J, strategies, B, batch rule) plus, per tier and seed, its
+    isolated controls (worker.shared.campaign.ControlsConfig): ``isolated`` (8/0), ``filtered``
     (8/0-filtered), ``self`` (4/4-self) and ``dyn`` (8/0-dyn), all four on in the preset. So
     the 4/4 campaign with its controls gives 4/4, 8/0, 8/0-filtered, 4/4-self and 8/0-dyn;
-    6/2, 2/6 and 4/4-unfiltered are one campaign each (controls off, since the 4/4 campaign
-    already ran them).
+    6/2, 2/6, 4/4-unfiltered and the arms of issue #29 (4/4@B4, backfill, 4/4-decay, 4/4-is)
+    are one campaign each (controls off, since the 4/4 campaign already ran them).
     """
-    arm = arm_by_name()[arm_name]
+    arm = resolve_arm(arm_name)
     if not arm.shares:
         controls = {"isolated": True, "filtered": True, "self_replay": True, "over_generation": True}
         return {"num_local": 4, "num_external": 4, "controls": controls}
@@ -242,6 +417,14 @@ def campaign_overrides(arm_name: str) -> dict[str, Any]:
         "local_strategy": arm.local_strategy,
         "external_strategy": arm.external_strategy,
     }
+    if arm.questions_per_round is not None:
+        overrides["questions_per_round"] = arm.questions_per_round
+    if arm.batch_rule != "fixed":
+        overrides["batch_rule"] = arm.batch_rule
+    if arm.batch_rule == "decay":
+        overrides["decay_rounds"] = arm.decay_rounds
+    if arm.external_is:
+        overrides["grpo"] = {"external_importance_sampling_correction": True}
     if arm.name != "4/4":
         overrides["controls"] = {"isolated": False, "filtered": False}
     return overrides

@@ -7,7 +7,8 @@ comparisons keep their unadjusted p (``holm_p`` is NaN for them).
 
 A results file of the old design (issue #8: no 4/4-self, no ``preregistered`` in its config)
 is still read: its primary was 4/4 - 8/0-filtered and its Holm family every comparison it
-holds, as its report said; ``Analysis.old_design`` tells the report to say so.
+holds, as its report said; ``Analysis.old_design`` tells the report to say so. A file of
+design v3 (issue #29, ``config.design``) is read with v3's family (4/4@B4 - 8/0 primary).
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.research.study import COMPARISONS, FAMILY, OLD_COMPARISONS, OLD_PRIMARY, PRIMARY, seed_key
+from worker.research.study import (
+    COMPARISONS,
+    FAMILY,
+    OLD_COMPARISONS,
+    OLD_PRIMARY,
+    PRIMARY,
+    V3_COMPARISONS,
+    V3_FAMILY,
+    V3_PRIMARY,
+    design_of,
+    seed_key,
+)
 from worker.shared import stats
 
 
@@ -75,6 +87,7 @@ class Analysis:
     resamples: int
     old_design: bool = False  # a results file of issue #8's design
     primary: tuple[str, str] = PRIMARY
+    design: str = "v2"  # v1 (issue #8), v2 (issue #18) or v3 (issue #29)
     family_size: int = 0  # comparisons in the Holm family (those the file can make)
 
     @property
@@ -112,9 +125,14 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
             sum(sum(c[:tenth]) / tenth for c in curves) / len(curves),
             sum(sum(c[-tenth:]) / tenth for c in curves) / len(curves),
         )
-    old = is_old_design(results)
-    pairs = OLD_COMPARISONS if old else COMPARISONS
-    family = set(OLD_COMPARISONS if old else FAMILY)
+    design = design_of(results)
+    old = design == "v1"
+    pairs, family_pairs, primary = {
+        "v1": (OLD_COMPARISONS, OLD_COMPARISONS, OLD_PRIMARY),
+        "v2": (COMPARISONS, FAMILY, PRIMARY),
+        "v3": (V3_COMPARISONS, V3_FAMILY, V3_PRIMARY),
+    }[design]
+    family = set(family_pairs)
     comparisons: list[Comparison] = []
     for a, b in pairs:
         if a not in arms or b not in arms:
@@ -152,6 +170,7 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
         comparisons,
         resamples,
         old_design=old,
-        primary=OLD_PRIMARY if old else PRIMARY,
+        primary=primary,
         family_size=len(members),
+        design=design,
     )

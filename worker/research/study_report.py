@@ -18,12 +18,14 @@ from worker.research.study import (
     PAPER_CUMULATIVE,
     PRIMARY,
     SECONDARY,
+    order_arms,
     seed_key,
 )
 from worker.research.study_analysis import Analysis, Comparison, analyse
 from worker.research.study_old_design import old_answer
 from worker.research.study_text import (
     caveats,
+    cell_means,
     describe,
     format_interval,
     format_p,
@@ -33,6 +35,7 @@ from worker.research.study_text import (
     significant,
     trend_words,
 )
+from worker.research.study_v3_text import answer_v3, compute_rows, semantics_rows
 from worker.shared import stats
 from worker.shared.arms import pool_share_window
 
@@ -54,7 +57,14 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
         "4/4-unfiltered": "#ff7f0e",
         "4/4-self": "#8c564b",
         "8/0-dyn": "#17becf",
+        "4/4@B4": "#e377c2",
+        "backfill": "#bcbd22",
+        "4/4-decay": "#7f7f7f",
+        "4/4-is": "#aec7e8",
     }
+    spare = iter(["#ff9896", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5"] * 4)
+    for name in order_arms(list(analysis.arms)):  # arms at another B (<arm>@B<n>)
+        colors.setdefault(name, next(spare))
     config = results["config"]
     paths: list[Path] = []
 
@@ -69,7 +79,13 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
         ("the paper's arms", ["8/0", "6/2", "4/4", "2/6"]),
         ("filter controls (issue #8)", ["8/0", "8/0-filtered", "4/4", "4/4-unfiltered"]),
     ]
-    if "4/4-self" in analysis.arms or "8/0-dyn" in analysis.arms:
+    if analysis.design == "v3":
+        extra = [n for n in order_arms(list(analysis.arms)) if n not in ARM_ORDER]
+        panels = [
+            ("the pre-registered arms (issue #29)", ["8/0", "4/4@B4", "backfill", "8/0-dyn", *extra]),
+            ("v2's arms and the exploratory ones", ["8/0", "4/4", "4/4-self", "4/4-decay", "4/4-is"]),
+        ]
+    elif "4/4-self" in analysis.arms or "8/0-dyn" in analysis.arms:
         panels.append(("curation and reuse controls (issue #18)", ["8/0", "4/4", "4/4-self", "8/0-dyn"]))
     figure, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
     for axis, (title, names) in zip(axes, panels, strict=True):
@@ -93,7 +109,7 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     save(figure, "curves")
 
     # 2. Cumulative reward per seed (one line per seed joins its arms), mean and interval.
-    names = [n for n in ARM_ORDER if n in analysis.arms]
+    names = order_arms(list(analysis.arms))
     figure, axis = plt.subplots(figsize=(9, 4.5))
     seeds = config["seeds"]
     for seed in seeds:
@@ -153,24 +169,20 @@ MECHANISM_LABELS = {
     "grad_norm_clipped": "share of steps clipped",
     "generation/questions": "questions generated",
     "completions/mean_length": "completion length (tokens)",
+    "batch/local_requested": "own groups asked for (I_r)",
+    "batch/external_requested": "external groups asked for (J_r)",
+    "generation/completions": "completions generated",
+    "generation/tokens": "completion tokens generated",
+    "train/completions": "completions trained on",
+    "train/tokens": "tokens trained on (prompt + completion)",
 }
-
-
-def cell_means(results: dict[str, Any], arm: str, key: str) -> list[float]:
-    """Each cell's (seed's) mean over rounds of the per-round mechanism metric ``key`` of ``arm``."""
-    values = []
-    for curves in ((results.get("mechanism") or {}).get(arm) or {}).values():
-        series = [v for v in curves.get(key, []) if v is not None]
-        if series:
-            values.append(sum(series) / len(series))
-    return values
 
 
 def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) -> list[str]:
     """A table per metric of :data:`MECHANISM_METRICS`: per arm, the mean over seeds of the cell's
     mean over rounds and agents, with a bootstrap interval over seeds (n = seeds)."""
     mechanism = results.get("mechanism") or {}
-    names = [n for n in ARM_ORDER if n in analysis.arms and mechanism.get(n)]
+    names = [n for n in order_arms(list(analysis.arms)) if mechanism.get(n)]
     if not names:
         return []
     lines = [
@@ -178,6 +190,8 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
         "|---|" + "---|" * len(names),
     ]
     for key in MECHANISM_METRICS:
+        if not any(cell_means(results, name, key) for name in names):
+            continue  # a metric the file's engine did not record (v2's files: compute)
         cells = []
         for name in names:
             values = cell_means(results, name, key)
@@ -244,6 +258,8 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     curation, reuse, or cannot tell), with the minimum detectable effect at this n."""
     if analysis.old_design:
         return old_answer(results, analysis)
+    if analysis.design == "v3":
+        return answer_v3(results, analysis)
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
     config = results["config"]
     lines = caveats(config)
@@ -384,6 +400,10 @@ def write_report(
             "Issue #8: does sharing rollouts beat training alone once the lone agent may also drop "
             "zero-advantage samples?"
             if analysis.old_design
+            else "Issue #29 (design v3): does sharing help under the paper's own semantics of I/J "
+            "(4/4@B4) and as backfill? The comparisons were pre-registered in "
+            "worker/research/study.py before the data."
+            if analysis.design == "v3"
             else "Issue #18: is 4/4's gain sharing, or curation and reuse? Controls: 4/4-self "
             "(self-replay) and 8/0-dyn (over-generation); "
             + (
@@ -424,15 +444,33 @@ def write_report(
         "8/0 and 4/4-unfiltered do not (`uniform`)."
         + (
             ""
-            if analysis.old_design
+            if analysis.old_design or analysis.design == "v3"
             else f" 4/4-self draws its 4 J-side groups from the agent's own last "
             f"{config.get('self_window')} groups (filtered); 8/0-dyn generates up to "
             f"{config.get('max_questions')} questions until 8 groups are informative. Required arms "
             f"({', '.join(config.get('required_arms', []))}) run on every seed, the others on the "
             f"first {config.get('other_seeds') or len(config['seeds'])}."
         ),
+        *(
+            [
+                f"  Required arms ({', '.join(config.get('required_arms', []))}) run on every seed, the "
+                f"others on the first {config.get('other_seeds') or len(config['seeds'])}. What a round "
+                "of each arm generates (B) and trains on, and which meaning of I/J it uses:",
+                "",
+                *semantics_rows(config),
+                "",
+            ]
+            if analysis.design == "v3"
+            else []
+        ),
         f"- Each cell (arm, seed): {config['agents']} agents from the same weights, "
-        f"{config['questions_per_round']} questions per agent per round, G = {config['group_size']} "
+        + (
+            f"B = {config['questions_per_round']} questions per agent per round (an arm named "
+            "`@B<n>` generates n), "
+            if analysis.design == "v3"
+            else f"{config['questions_per_round']} questions per agent per round, "
+        )
+        + f"G = {config['group_size']} "
         f"completions of at most {config['max_new_tokens']} tokens, {config['rounds']} rounds, "
         f"tier {config['tier']}" + (f" (build recipe {recipe})" if recipe else "") + f", tasks "
         f"`{config['tasks']}`, learning rate {config['learning_rate']:g}, {config['num_iterations']} "
@@ -458,9 +496,7 @@ def write_report(
         "| gain over 8/0 [95% interval] | paper cumulative | paper gain |",
         "|---|---|---|---|---|---|",
     ]
-    for name in ARM_ORDER:
-        if name not in arms:
-            continue
+    for name in order_arms(list(arms)):
         s = arms[name]
         if name == BASELINE:
             gain = "(baseline)"
@@ -468,7 +504,9 @@ def write_report(
             gain = f"{format_pct(c.gain)} {format_interval(c.gain_interval, 1, 100)}%"
         else:
             gain = "n/a"
-        paper = PAPER_CUMULATIVE.get(name)
+        # v3: the paper's 4/4 is 4/4@B4 (its semantics); v3's 4/4 generates 8, not the paper's arm
+        paper_name = {"4/4@B4": "4/4", "4/4": None}.get(name, name) if analysis.design == "v3" else name
+        paper = PAPER_CUMULATIVE.get(paper_name) if paper_name else None
         paper_cell = f"{paper:.2f}" if paper else "not run"
         paper_gain = (
             "(baseline)" if name == BASELINE else format_pct(paper / paper_base - 1) if paper else "not run"
@@ -521,6 +559,19 @@ def write_report(
             "(max 1.0); J side = external (pool) or replayed (self) groups.",
             "",
             *mechanism,
+        ]
+    compute = compute_rows(results, analysis, min(resamples, 2000)) if analysis.design == "v3" else []
+    if compute:
+        lines += [
+            "",
+            "## Compute",
+            "",
+            "Per agent-round, mean over seeds of each cell's mean with a 95% bootstrap interval over "
+            "seeds: completions and completion tokens generated (over-generation included), tokens "
+            "trained on (prompt + completion); last column: the arm's mean cumulative reward over the "
+            "completions one agent generated in the run, per 1,000.",
+            "",
+            *compute,
         ]
     lines += ["", "## Reward curves", ""]
     if images:

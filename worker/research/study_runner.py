@@ -19,15 +19,21 @@ from typing import Any
 
 from worker.research.study import (
     ARM_ORDER,
+    BATCH,
     CUMULATIVE_DEFINITION,
     CURVE_DEFINITION,
     FAMILY,
     MECHANISM_METRICS,
     PRIMARY,
     REQUIRED_ARMS,
+    V3_EXPLORATORY,
+    V3_FAMILY,
+    V3_PRIMARY,
+    WINDOWS,
     StudyConfig,
     StudyError,
-    arm_by_name,
+    order_arms,
+    resolve_arm,
     seed_key,
 )
 from worker.shared.arms import Arm
@@ -63,6 +69,7 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
     )
     agent = AgentConfig(
         questions_per_round=settings["questions_per_round"],
+        num_local=min(BATCH, settings["questions_per_round"]),  # the arm sets I and J
         group_size=settings["group_size"],
         max_new_tokens=settings["max_new_tokens"],
         seed=seed,
@@ -84,16 +91,28 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
             print(f"  [{arm_name} seed {seed}] {message}", flush=True)
 
     def on_round(arm: Arm, done: int, metrics: list[dict[str, float]]) -> None:
-        if verbose:
-            mean = sum(m["reward"] for m in metrics) / len(metrics)
-            print(f"  [{arm_name} seed {seed}] round {done}: mean reward {mean:.3f}", flush=True)
+        if verbose:  # what the round trained on: the batch each arm's rule assembled
+
+            def mean(key: str) -> float:
+                return sum(m.get(key, 0.0) for m in metrics) / len(metrics)
+
+            print(
+                f"  [{arm_name} seed {seed}] round {done - 1}: mean reward {mean('reward'):.3f}; "
+                f"generated {mean('generation/questions'):.2f} questions, trained on "
+                f"{mean('batch/local_used'):.2f} own + {mean('batch/external_used'):.2f} external "
+                f"groups (asked {mean('batch/local_requested'):.2f} + "
+                f"{mean('batch/external_requested'):.2f}), {mean('train/tokens'):.0f} tokens",
+                flush=True,
+            )
 
     if not verbose:  # one "Loading weights" bar per agent and cell buries the progress lines
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
     started = time.perf_counter()
-    arm = arm_by_name(settings.get("self_window"), settings.get("max_questions"))[arm_name]
+    arm = resolve_arm(
+        arm_name, settings.get("self_window"), settings.get("max_questions"), settings.get("decay_rounds")
+    )
     result = run_arm(config, arm, model_cache_dir(), None, on_round, log=log)
     seconds = time.perf_counter() - started
     histories = list(result["agents"].values())
@@ -123,6 +142,11 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
         "informative_groups": mean_of("batch/informative_groups"),
         "external_from_others": mean_of("batch/external_from_others"),
         "questions_generated": mean_of("generation/questions"),
+        # compute per agent-round (issue #29)
+        "generated_completions": mean_of("generation/completions"),
+        "generated_tokens": mean_of("generation/tokens"),
+        "trained_completions": mean_of("train/completions"),
+        "trained_tokens": mean_of("train/tokens"),
         "grad_norm": mean_of("grad_norm"),
         "grad_norm_clipped": mean_of("grad_norm_clipped"),
     }
@@ -192,7 +216,6 @@ def _rebuild_arms(results: dict[str, Any]) -> None:
 def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
     """The results so far: the file at ``out`` if its settings match, else a new skeleton."""
     settings = config.settings()
-    definitions = arm_by_name(config.self_window, config.max_questions)
     if out.exists():
         results = json.loads(out.read_text())
         old = {key: results["config"].get(key) for key in settings}
@@ -205,20 +228,35 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
         cfg = results["config"]
         # Seeds and arms only grow: a rerun with more seeds extends the study, never drops cells.
         cfg["seeds"] = cfg["seeds"] + [s for s in config.seeds if s not in cfg["seeds"]]
-        cfg["arms"] = [a for a in ARM_ORDER if a in cfg["arms"] or a in config.arms]
+        cfg["arms"] = order_arms([*cfg["arms"], *config.arms])
         for name in cfg["arms"]:
             results["curves"].setdefault(name, {})
             results.setdefault("mechanism", {}).setdefault(name, {})
+        if config.design == "v3":
+            _describe_arms(cfg, config)
         return results
-    return {
+    arms = order_arms(list(config.arms))
+    if config.design == "v2":
+        definitions = {a: config.arm(a).to_json() for a in ARM_ORDER[:8]}
+        preregistered: dict[str, Any] = {"primary": list(PRIMARY), "family": [list(pair) for pair in FAMILY]}
+    else:
+        definitions = {}
+        preregistered = {
+            "primary": list(V3_PRIMARY),
+            "family": [list(pair) for pair in V3_FAMILY],
+            "exploratory": [list(pair) for pair in V3_EXPLORATORY],
+            "windows": WINDOWS,
+            "holm_over": "family",
+        }
+    results = {
         "config": {
             **settings,
             "seeds": list(config.seeds),
-            "arms": [a for a in ARM_ORDER if a in config.arms],
-            "arm_definitions": {a: definitions[a].to_json() for a in ARM_ORDER},
-            "required_arms": list(REQUIRED_ARMS),
+            "arms": arms,
+            "arm_definitions": definitions,
+            "required_arms": list(config.required_arms),
             # pre-registered before any data (worker/research/study.py)
-            "preregistered": {"primary": list(PRIMARY), "family": [list(pair) for pair in FAMILY]},
+            "preregistered": preregistered,
             "cumulative_reward": CUMULATIVE_DEFINITION,
             "curves": CURVE_DEFINITION,
             "torch_threads_per_process": 1,
@@ -226,9 +264,24 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
             "cells": {},
         },
         "arms": {},
-        "curves": {a: {} for a in ARM_ORDER if a in config.arms},
-        "mechanism": {a: {} for a in ARM_ORDER if a in config.arms},
+        "curves": {a: {} for a in arms},
+        "mechanism": {a: {} for a in arms},
     }
+    if config.design == "v3":
+        _describe_arms(results["config"], config)
+    return results
+
+
+def _describe_arms(cfg: dict[str, Any], config: StudyConfig) -> None:
+    """A v3 file's record of every arm it holds: its definition with B resolved
+    (``arm_definitions``), B alone (``arm_questions``) and what it generates and trains on, in
+    words (``arm_semantics``)."""
+    for name in cfg["arms"]:
+        arm = config.arm(name)
+        questions = arm.questions(config.questions_per_round)
+        cfg["arm_definitions"][name] = {**arm.to_json(), "questions_per_round": questions}
+        cfg.setdefault("arm_questions", {})[name] = questions
+        cfg.setdefault("arm_semantics", {})[name] = arm.semantics(config.questions_per_round)
 
 
 def pending_cells(results: dict[str, Any], config: StudyConfig) -> list[tuple[str, int]]:
@@ -237,10 +290,8 @@ def pending_cells(results: dict[str, Any], config: StudyConfig) -> list[tuple[st
     return [
         (name, seed)
         for seed in config.seeds
-        for name in ARM_ORDER
-        if name in config.arms
-        and seed in config.seeds_of(name)
-        and seed_key(seed) not in results["curves"][name]
+        for name in order_arms(list(config.arms))
+        if seed in config.seeds_of(name) and seed_key(seed) not in results["curves"][name]
     ]
 
 
@@ -277,10 +328,11 @@ def run_study(
     cfg.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
     settings = config.settings()
     cell_rounds = config.agents * config.rounds
+    others = config.other_seeds or len(config.seeds)
     log(
         f"{len(todo)} cells, {config.agent_rounds()} agent-rounds in all; required arms "
-        f"{', '.join(a for a in REQUIRED_ARMS if a in config.arms)} on {len(config.seeds)} seeds, "
-        f"others on {len(config.seeds_of('6/2'))}"
+        f"{', '.join(a for a in config.required_arms if a in config.arms)} on {len(config.seeds)} seeds, "
+        f"others on {min(others, len(config.seeds))}"
     )
     started = time.perf_counter()
     wall_before = cfg.get("wall_seconds", 0.0)
@@ -334,8 +386,9 @@ def _finish(results: dict[str, Any], config: StudyConfig) -> None:
     """Bookkeeping fields of ``config``: completeness and the measured cost."""
     cfg = results["config"]
     other = cfg.get("other_seeds")
+    required = cfg.get("required_arms", REQUIRED_ARMS)
     total = sum(
-        len(cfg["seeds"]) if a in REQUIRED_ARMS or other is None else min(other, len(cfg["seeds"]))
+        len(cfg["seeds"]) if a in required or other is None else min(other, len(cfg["seeds"]))
         for a in cfg["arms"]
     )
     done = sum(len(results["curves"][a]) for a in cfg["arms"])

@@ -126,3 +126,13 @@ def trend_words(slope: float) -> str:
         if slope < -0.001
         else "about flat (within 0.001 per round)"
     )
+
+
+def cell_means(results: dict[str, Any], arm: str, key: str) -> list[float]:
+    """Each cell's (seed's) mean over rounds of the per-round mechanism metric ``key`` of ``arm``."""
+    values = []
+    for curves in ((results.get("mechanism") or {}).get(arm) or {}).values():
+        series = [v for v in curves.get(key, []) if v is not None]
+        if series:
+            values.append(sum(series) / len(series))
+    return values

@@ -20,6 +20,34 @@ Arms are named ``"I/J"`` like the SAPO paper's table: I own rollouts of this rou
   informative (non-zero-advantage) groups or has generated ``max_questions``; it trains on I of
   them. Same batch as 4/4, more generation: its cost is recorded (``generation/questions``).
 
+**B, the questions generated per round, is separate from I and J** (issue #29). An arm without
+a suffix generates the base config's B (the study's 8): ``4/4`` generates 8 and trains on 4 of
+them plus 4 external (this project's studies up to v2). ``@B<n>`` fixes B = n:
+
+* ``4/4@B4``: generate 4, train on those 4 (filtered) plus 4 external. The SAPO paper's
+  reference semantics: in Gensyn's rl-swarm reasoning-gym experiment I is the number of
+  questions generated locally (``num_train_samples``) and J the number of groups taken from the
+  swarm (``num_transplant_trees``), so its 4/4 generates half of what its 8/0 does.
+  :func:`with_questions` gives any arm at another B (``8/0-dyn@B4``, ...).
+
+Batch rules (``batch_rule``; worker/shared/sampling.py's ``batch_request`` computes them), with
+q_r = own groups of round r that the local strategy accepts (informative ones, filtered)::
+
+    fixed:     I_r = I,                J_r = J
+    backfill:  I_r = min(I, q_r),      J_r = min(J, max(0, B - min(I, q_r)))
+    decay:     J_r = floor(J * max(0, 1 - r / T) + 1/2),   I_r = I + J - J_r
+
+* ``backfill`` (SAPO as backfill: I = J = B): train on every informative own group, then fill
+  the batch up to B groups with informative external groups from the pool; J varies per round
+  (B minus the informative own groups). Sharing only where the agent's own round fell short.
+* ``4/4-decay`` (decay, I = J = 4, T = :data:`DEFAULT_DECAY_ROUNDS`): 4/4 at round 0 that
+  turns into 8/0 by round T, one external slot at a time. It follows the crossover of the v2
+  study (exploratory windows: sharing was worth about as much as curation in rounds 1-15 and
+  cost reward in proportion to J after round 30), so T = 30 puts J at 0 where 4/4 - 8/0 turned
+  negative. Same generation as 4/4 (B = 8).
+* ``4/4-is``: 4/4 with the truncated importance-sampling correction of external rollouts
+  (``GRPOConfig.external_importance_sampling_correction``; worker/engine/loss.py).
+
 :class:`Arm` is plain data; :meth:`Arm.agent_overrides` gives the
 :class:`~worker.shared.config.AgentConfig` fields that run it, and :func:`controls_for` the
 isolated controls of a sharing arm by kind (:data:`CONTROL_KINDS`), which is what a campaign's
@@ -28,8 +56,11 @@ Celery controls need.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from worker.shared.config import AgentConfig
+from worker.shared.sampling import BATCH_RULES
 
 FILTER = "nonzero_advantage"
 REPLAY_SOURCES = ("pool", "self")
@@ -45,6 +76,8 @@ def pool_share_window(pool_window: int, agents: int) -> int:
 
 
 OVER_GENERATION_FACTOR = 2  # 8/0-dyn generates at most 2 B questions
+# 4/4-decay's T: J reaches 0 at round 30 (where the v2 study's 4/4 - 8/0 turned negative)
+DEFAULT_DECAY_ROUNDS = 30
 
 
 @dataclass(frozen=True)
@@ -59,12 +92,32 @@ class Arm:
     replay: str = "pool"
     self_window: int = 0  # groups, for replay == "self"
     max_questions: int = 0  # > B: over-generate up to this many questions per round; 0: B only
+    # B: questions generated per round; None: the base config's (the study's, the campaign's)
+    questions_per_round: int | None = None
+    batch_rule: str = "fixed"  # fixed, backfill or decay (the module docstring's formulas)
+    decay_rounds: int = 0  # T of the decay rule
+    # truncated importance-sampling correction of external rollouts (their generator's log-probs)
+    external_is: bool = False
 
     def __post_init__(self) -> None:
         if self.replay not in REPLAY_SOURCES:
             raise ValueError(f"replay must be one of {', '.join(REPLAY_SOURCES)}, got {self.replay!r}")
         if self.replay == "self" and (self.self_window < 1 or self.num_external < 1):
             raise ValueError("a self-replay arm needs J >= 1 and self_window >= 1")
+        if self.batch_rule not in BATCH_RULES:
+            raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {self.batch_rule!r}")
+        if self.questions_per_round is not None and self.questions_per_round < 1:
+            raise ValueError("questions_per_round must be >= 1 (or None: the base config's)")
+
+    def questions(self, default: int) -> int:
+        """B of this arm, where the base config generates ``default`` questions per round."""
+        return default if self.questions_per_round is None else self.questions_per_round
+
+    def batch(self, default_questions: int) -> int:
+        """The groups a round of this arm aims to train on: B for backfill, I + J otherwise."""
+        if self.batch_rule == "backfill":
+            return self.questions(default_questions)
+        return self.num_local + self.num_external
 
     @property
     def shares(self) -> bool:
@@ -92,7 +145,51 @@ class Arm:
             "replay": self.replay,
             "self_window": self.self_window,
             "max_questions": self.max_questions,
+            "batch_rule": self.batch_rule,
+            "decay_rounds": self.decay_rounds,
+            **({} if self.questions_per_round is None else {"questions_per_round": self.questions_per_round}),
         }
+
+    def apply(self, base: AgentConfig) -> AgentConfig:
+        """``base`` (an AgentConfig) running this arm: :meth:`agent_overrides`, and the external
+        importance-sampling correction switched on for ``external_is`` arms."""
+        values = {**base.to_json(), **self.agent_overrides()}
+        if self.external_is:
+            values["grpo"] = {**values["grpo"], "external_importance_sampling_correction": True}
+        return AgentConfig(**values)
+
+    def semantics(self, default_questions: int) -> str:
+        """What a round of this arm generates and trains on, in words (for reports)."""
+        b = self.questions(default_questions)
+        own = "own" if self.local_strategy == "uniform" else "informative own"
+        ext = "external" if self.external_strategy == "uniform" else "informative external"
+        if self.replay == "self":
+            ext, source = f"{ext.replace('external', 'replayed')} own", f"from its last {self.self_window}"
+        else:
+            source = "from the pool"
+        if self.batch_rule == "backfill":
+            text = (
+                f"generates {b}; trains on every {own} group (at most {self.num_local}), then fills "
+                f"up to {b} groups with {ext} ones {source} (J varies per round)"
+            )
+        elif self.batch_rule == "decay":
+            text = (
+                f"generates {b}; trains on {self.num_local} {own} + {self.num_external} {ext} {source} "
+                f"at round 0, J falling linearly to 0 by round {self.decay_rounds}, own groups taking "
+                "its slots"
+            )
+        elif self.max_questions:
+            text = (
+                f"generates {b}, then more until {self.num_local} groups are informative (at most "
+                f"{self.max_questions}); trains on {self.num_local} {own}"
+            )
+        elif self.num_external:
+            text = f"generates {b}; trains on {self.num_local} {own} + {self.num_external} {ext} {source}"
+        else:
+            text = f"generates {b}; trains on {self.num_local} {own}"
+        if self.external_is:
+            text += ", importance-sampling-corrected"
+        return text
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -132,6 +229,59 @@ def over_generation_arm(batch: int, max_questions: int | None = None) -> Arm:
     return Arm(f"{batch}/0-dyn", batch, 0, FILTER, FILTER, max_questions=cap)
 
 
+def with_questions(arm: Arm, questions_per_round: int) -> Arm:
+    """``arm`` generating ``questions_per_round`` questions a round, named ``<name>@B<n>``."""
+    base = arm.name.split("@B", 1)[0]
+    return replace(arm, name=f"{base}@B{questions_per_round}", questions_per_round=questions_per_round)
+
+
+def reference_sharing_arm(num_local: int, num_external: int) -> Arm:
+    """I/J under the SAPO reference code's semantics: B = I questions generated, all trained on
+    (filtered), plus J external: ``4/4@B4``."""
+    return with_questions(sharing_arm(num_local, num_external), num_local)
+
+
+def backfill_arm(batch: int) -> Arm:
+    """SAPO as backfill: every informative own group of the B = ``batch`` generated, then
+    informative external groups up to ``batch`` in all (I = J = B)."""
+    return Arm("backfill", batch, batch, FILTER, FILTER, batch_rule="backfill")
+
+
+def decay_arm(num_local: int, num_external: int, decay_rounds: int = DEFAULT_DECAY_ROUNDS) -> Arm:
+    """I/J at round 0, J falling linearly to 0 by round ``decay_rounds`` (its slots to own
+    groups): ``4/4-decay`` (the module docstring's formula)."""
+    if decay_rounds < 1:
+        raise ValueError("the decay rule needs decay_rounds >= 1")
+    return Arm(
+        f"{num_local}/{num_external}-decay",
+        num_local,
+        num_external,
+        FILTER,
+        FILTER,
+        batch_rule="decay",
+        decay_rounds=decay_rounds,
+    )
+
+
+def importance_sampled_arm(num_local: int, num_external: int) -> Arm:
+    """I/J with the truncated importance-sampling correction of external rollouts: ``4/4-is``."""
+    return replace(
+        sharing_arm(num_local, num_external), name=f"{num_local}/{num_external}-is", external_is=True
+    )
+
+
+def study_v3_arms(batch: int = 8, decay_rounds: int = DEFAULT_DECAY_ROUNDS) -> list[Arm]:
+    """The arms issue #29 adds: 4/4@B4 (the paper's semantics), backfill, 4/4-decay (the
+    schedule) and 4/4-is (external rollouts importance-corrected)."""
+    half = batch // 2
+    return [
+        reference_sharing_arm(half, half),
+        backfill_arm(batch),
+        decay_arm(half, half, decay_rounds),
+        importance_sampled_arm(half, half),
+    ]
+
+
 def sapo_table_arms(batch: int = 8, self_window: int = DEFAULT_SELF_WINDOW) -> list[Arm]:
     """The paper's arms (8/0, 6/2, 4/4, 2/6), the sanity arm 8/0-filtered, 4/4-unfiltered, and
     the two controls that can tell sharing from curation and reuse: 4/4-self and 8/0-dyn."""
@@ -153,15 +303,18 @@ def control_arm(
     arm: Arm,
     self_window: int = DEFAULT_SELF_WINDOW,
     max_questions: int | None = None,
+    questions_per_round: int = 8,
 ) -> Arm:
-    """The isolated control of kind ``kind`` for the sharing arm ``arm`` (batch I + J):
+    """The isolated control of kind ``kind`` for the sharing arm ``arm`` (batch I + J; a backfill
+    arm's batch is its B, ``questions_per_round`` where the arm does not fix it):
 
     * ``isolated``: (I + J)/0, uniform (the paper's baseline);
     * ``filtered``: (I + J)/0 with the zero-advantage filter (sanity only, see the module doc);
-    * ``self``: I/J-self, the J from the agent's own last ``self_window`` groups;
+    * ``self``: I/J-self, the J from the agent's own last ``self_window`` groups (a fixed I/J:
+      not for a backfill arm, whose J varies);
     * ``dyn``: (I + J)/0-dyn, over-generation up to ``max_questions`` (default 2 (I + J)).
     """
-    batch = arm.num_local + arm.num_external
+    batch = arm.batch(questions_per_round)
     if kind == "isolated":
         return isolated_arm(batch, filtered=False)
     if kind == "filtered":
@@ -169,6 +322,8 @@ def control_arm(
     if kind == "self":
         if arm.num_external < 1:
             raise ValueError(f"a self-replay control needs J >= 1; {arm.name} has J = 0")
+        if arm.batch_rule == "backfill":
+            raise ValueError("a self-replay control replays a fixed J; a backfill arm's J varies")
         return self_replay_arm(arm.num_local, arm.num_external, self_window)
     if kind == "dyn":
         return over_generation_arm(batch, max_questions)
@@ -180,8 +335,9 @@ def controls_for(
     kinds: tuple[str, ...] | list[str] = ("isolated", "filtered"),
     self_window: int = DEFAULT_SELF_WINDOW,
     max_questions: int | None = None,
+    questions_per_round: int = 8,
 ) -> list[Arm]:
     """The isolated controls of a sharing arm, one per kind in ``kinds`` (see :func:`control_arm`).
 
     The default, plain and filtered, is what campaigns ran before issue #18."""
-    return [control_arm(kind, arm, self_window, max_questions) for kind in kinds]
+    return [control_arm(kind, arm, self_window, max_questions, questions_per_round) for kind in kinds]

@@ -11,17 +11,26 @@ the rules between settings). Both raise :class:`ConfigError` naming the setting.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import msgspec
 
 from worker.shared import validation
-from worker.shared.arms import CONTROL_KINDS, Arm, control_arm, sharing_arm
+from worker.shared.arms import (
+    CONTROL_KINDS,
+    Arm,
+    backfill_arm,
+    control_arm,
+    decay_arm,
+    importance_sampled_arm,
+    sharing_arm,
+    with_questions,
+)
 from worker.shared.config import AgentConfig, GRPOConfig
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
-from worker.shared.sampling import STRATEGIES
+from worker.shared.sampling import BATCH_RULES, STRATEGIES
 from worker.shared.tiers import TIERS
 
 
@@ -40,6 +49,7 @@ class ConfigError(ValueError):
 # node count is unknown at launch (volunteers come and go); 8 is the study's and the paper's.
 SELF_WINDOW_AGENTS = 8
 MIN_SELF_WINDOW = 8
+SAPO_QUESTIONS_PER_ROUND = 8  # the paper's (and the study's) B: arms at another B are named <arm>@B<n>
 
 
 class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -88,6 +98,12 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
     lease_seconds: float = 120.0
     ban_threshold: int = 3  # rejected submissions before a node is banned
+    # How a node's round batch is assembled (worker/shared/arms.py, issue #29): "fixed" (I own
+    # + J external), "backfill" (every informative own group, then informative external ones up
+    # to B groups, at most J: the study's `backfill` arm is I = J = B) or "decay" (J falls
+    # linearly to 0 over decay_rounds rounds, its slots going to own groups: `4/4-decay`)
+    batch_rule: str = "fixed"
+    decay_rounds: int = 30
 
     def __post_init__(self) -> None:
         if isinstance(self.controls, dict):  # built in Python from a settings dict
@@ -118,16 +134,47 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             return self.controls.self_window
         return max(MIN_SELF_WINDOW, self.pool_window // SELF_WINDOW_AGENTS)
 
+    def swarm_arm(self) -> Arm:
+        """The campaign's swarm arm as the study names it: I/J (fixed), ``backfill`` or I/J-decay
+        with the campaign's strategies (the name says the study's arm where the settings are its)."""
+        corrected = bool(self.grpo.get("external_importance_sampling_correction"))
+        if self.batch_rule == "backfill":
+            arm = backfill_arm(self.questions_per_round)
+        elif self.batch_rule == "decay":
+            arm = decay_arm(self.num_local, self.num_external, self.decay_rounds)
+        elif corrected:
+            arm = importance_sampled_arm(self.num_local, self.num_external)
+        else:
+            arm = sharing_arm(self.num_local, self.num_external)
+        arm = replace(
+            arm,
+            num_local=self.num_local,
+            num_external=self.num_external,
+            local_strategy=self.local_strategy,
+            external_strategy=self.external_strategy,
+            external_is=corrected,
+        )
+        # B shows in the name where it is not the study's 8 (4/4@B4: the paper's semantics)
+        if self.questions_per_round != SAPO_QUESTIONS_PER_ROUND and self.batch_rule != "backfill":
+            arm = with_questions(arm, self.questions_per_round)
+        return arm
+
     def control_arm(self, kind: str) -> Arm:
-        """The isolated control of kind ``kind`` for this campaign's swarm arm I/J."""
+        """The isolated control of kind ``kind`` for this campaign's swarm arm (its batch: I + J,
+        or B for backfill)."""
         swarm = sharing_arm(self.num_local, self.num_external)
-        return control_arm(kind, swarm, self_window=self.self_window())
+        if self.batch_rule == "backfill":
+            swarm = self.swarm_arm()
+        return control_arm(
+            kind, swarm, self_window=self.self_window(), questions_per_round=self.questions_per_round
+        )
 
     def control_agent_config(self, tier_name: str, seed: int, kind: str) -> AgentConfig:
         """A control's AgentConfig: the campaign's settings with the arm's I, J, strategies,
-        replay source and over-generation cap (worker.shared.arms.Arm.agent_overrides)."""
-        base = self.agent_config(tier_name, seed).to_json()
-        return AgentConfig(**{**base, **self.control_arm(kind).agent_overrides()})
+        replay source and over-generation cap (worker.shared.arms.Arm.apply); a control always
+        assembles its batch by the fixed rule."""
+        base = AgentConfig(**{**self.agent_config(tier_name, seed).to_json(), "batch_rule": "fixed"})
+        return self.control_arm(kind).apply(base)
 
     def agent_config(
         self,
@@ -150,6 +197,8 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             format_weight=self.format_weight,
             seed=seed,
             grpo=self.grpo_config(tier_name),
+            batch_rule=self.batch_rule,
+            decay_rounds=self.decay_rounds if self.batch_rule == "decay" else 0,
         )
 
     def validate(self) -> CampaignConfig:
@@ -211,6 +260,30 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 "the self-replay control replays the swarm's J groups from the agent's own "
                 "window: it needs J >= 1",
             )
+        if self.batch_rule not in BATCH_RULES:
+            raise ConfigError("batch_rule", f"choose one of {', '.join(BATCH_RULES)}")
+        if self.batch_rule == "backfill":
+            if self.num_external < 1:
+                raise ConfigError("num_external", "backfill needs J >= 1: the most external groups it adds")
+            if self.local_strategy != "nonzero_advantage":
+                raise ConfigError(
+                    "local_strategy",
+                    "backfill fills the batch past the informative own groups: it needs the "
+                    "nonzero_advantage local strategy (with uniform every own group counts)",
+                )
+            if self.controls.self_replay and self.controls.seeds:
+                raise ConfigError(
+                    "controls", "the self-replay control replays a fixed J; a backfill swarm's J varies"
+                )
+        if self.batch_rule == "decay":
+            if not 1 <= self.decay_rounds <= 100_000:
+                raise ConfigError("decay_rounds", "must be between 1 and 100000 rounds")
+            if self.num_local + self.num_external > self.questions_per_round:
+                raise ConfigError(
+                    "num_external",
+                    f"the decay rule ends at I + J = {self.num_local + self.num_external} own groups: "
+                    f"more than the {self.questions_per_round} questions per round",
+                )
         if not 5 <= self.lease_seconds <= 86_400:
             raise ConfigError("lease_seconds", "must be between 5 s and one day")
         if self.ban_threshold < 1:

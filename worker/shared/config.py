@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import asdict, dataclass, field
 
-from worker.shared.sampling import check_strategy
+from worker.shared.sampling import BATCH_RULES, check_strategy
 
 # TRL's vllm_importance_sampling_mode values (worker/engine/loss.py computes them).
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -87,6 +87,13 @@ class AgentConfig:
     # questions after the first B until I groups qualify for the local strategy or this many
     # questions were generated; 0 = B questions only
     max_questions: int = 0
+    # How the round's batch is assembled (worker/shared/sampling.py, batch_request; the rules
+    # and their formulas: worker/shared/arms.py): "fixed" (I own + J external), "backfill"
+    # (every own group the local strategy accepts, at most I, then external ones up to B groups
+    # in all, at most J) or "decay" (J falls linearly to 0 over decay_rounds rounds, its slots
+    # going to own groups)
+    batch_rule: str = "fixed"
+    decay_rounds: int = 0  # rounds over which "decay" takes J to 0
     max_new_tokens: int = 32
     system_prompt: str = "default"
     format_weight: float = 0.0
@@ -117,6 +124,22 @@ class AgentConfig:
             )
         if self.group_size < 2:
             raise ValueError("GRPO needs a group size G >= 2")
+        if self.batch_rule not in BATCH_RULES:
+            raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {self.batch_rule!r}")
+        if self.batch_rule != "fixed" and self.replay != "pool":
+            raise ValueError(f"batch_rule {self.batch_rule!r} draws its J from the pool (replay='pool')")
+        if self.batch_rule == "backfill" and self.num_external < 1:
+            raise ValueError("backfill needs J >= 1 (the most external groups it may add)")
+        if self.batch_rule == "decay":
+            if self.decay_rounds < 1:
+                raise ValueError("the decay rule needs decay_rounds >= 1")
+            if self.num_local + self.num_external > self.questions_per_round:
+                raise ValueError(
+                    f"the decay rule ends at I + J = {self.num_local + self.num_external} own groups: "
+                    f"more than the {self.questions_per_round} questions per round"
+                )
+        if self.decay_rounds < 0:
+            raise ValueError("decay_rounds must be >= 0")
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -15,6 +15,11 @@ in :class:`BatchStats` (``local_shortfall``, ``external_shortfall``) and reporte
 metrics, so an arm that trains on fewer samples than asked is visible, not silent. A round with
 nothing to train on skips the optimizer step (``trained = False`` in the metrics).
 
+How many of each side a round asks for is the arm's batch rule (:func:`batch_request`, issue
+#29): ``fixed`` (I and J), ``backfill`` (every accepted own group, then external ones up to B
+in all) or ``decay`` (J falling linearly to 0 over T rounds); worker/shared/arms.py has the
+formulas.
+
 Self-replay (the ``4/4-self`` arm, worker/shared/arms.py): the "external" side is the agent's
 own recent groups; ``exclude_chosen_local`` draws it only after the local picks and never
 returns one of them, so no group is trained on twice in a step.
@@ -22,6 +27,7 @@ returns one of them, so no group is trained on twice in a step.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +37,8 @@ from worker.shared.rollout import Rollout
 
 Strategy = Literal["uniform", "nonzero_advantage"]
 STRATEGIES: tuple[str, ...] = ("uniform", "nonzero_advantage")
+# How many own and external groups a round asks for (batch_request; worker/shared/arms.py).
+BATCH_RULES: tuple[str, ...] = ("fixed", "backfill", "decay")
 
 
 def check_strategy(strategy: str) -> str:
@@ -55,6 +63,36 @@ def sample_rollouts(
     if len(eligible) <= count:
         return eligible
     return rng.sample(eligible, count)
+
+
+def batch_request(
+    rule: str,
+    num_local: int,
+    num_external: int,
+    questions_per_round: int,
+    round_index: int,
+    local_qualifying: int,
+    decay_rounds: int = 0,
+) -> tuple[int, int]:
+    """(I_r, J_r): the own and external groups round ``round_index`` asks for under ``rule``.
+
+    * ``fixed``: (I, J).
+    * ``backfill``: (I, min(J, max(0, B - min(I, q)))), q = own groups the local strategy accepts
+      this round: every accepted own group (at most I), then external ones up to B in all.
+    * ``decay``: J_r = floor(J max(0, 1 - r / T) + 1/2) with T = ``decay_rounds``, and
+      I_r = I + J - J_r: the batch keeps I + J groups, J's slots going back to own groups.
+    """
+    if rule == "fixed":
+        return num_local, num_external
+    if rule == "backfill":
+        own = min(num_local, local_qualifying)
+        return num_local, min(num_external, max(0, questions_per_round - own))
+    if rule == "decay":
+        if decay_rounds < 1:
+            raise ValueError("the decay rule needs decay_rounds >= 1")
+        external = math.floor(num_external * max(0.0, 1.0 - round_index / decay_rounds) + 0.5)
+        return num_local + num_external - external, external
+    raise ValueError(f"unknown batch rule {rule!r}; choose one of {', '.join(BATCH_RULES)}")
 
 
 @dataclass
@@ -84,6 +122,8 @@ class BatchStats:
     def metrics(self) -> dict[str, float]:
         return {
             "external_fraction": self.external_fraction,
+            "batch/local_requested": self.local_requested,
+            "batch/external_requested": self.external_requested,
             "batch/local_used": self.local_used,
             "batch/external_used": self.external_used,
             "batch/local_shortfall": self.local_shortfall,

@@ -204,3 +204,59 @@ def test_a_resumed_self_replay_agent_keeps_its_window(tiny_1m_dir, tmp_path):
     for a, b, ma, mb in zip(first.agents, second.agents, *after, strict=True):
         assert [row[1:] for row in a.last_batch] == [row[1:] for row in b.last_batch]
         assert ma["reward"] == mb["reward"] and ma["batch/external_age"] == mb["batch/external_age"]
+
+
+def test_the_batches_of_issue_29s_arms_differ_as_designed(tiny_1m_dir):
+    """On tiny-1m with the real verifiers: 4/4@B4 generates 4 and trains on its informative ones
+    plus 4 external; backfill trains on every informative own group of its 8 and asks the pool
+    for exactly 8 minus those; 4/4-decay (T = 2) asks for J = 4, 2, 0 and gives the slots to own
+    groups; every round reports what it generated and trained on (compute)."""
+    from worker.research.study import resolve_arm
+
+    cfg = config(agents=3, rounds=3)
+    seen: dict[str, list[tuple[float, float, float]]] = {}
+    for name in ("4/4@B4", "backfill", "4/4-decay"):
+        s = swarm(cfg, resolve_arm(name, decay_rounds=2), tiny_1m_dir.parent)
+        seen[name] = []
+        for r in range(cfg.rounds):
+            for agent, m in zip(s.agents, s.run_round(), strict=True):
+                own = [row for row in agent.last_batch if row[3] == "local"]
+                external = [row for row in agent.last_batch if row[3] == "pool"]
+                assert (len(own), len(external)) == (m["batch/local_used"], m["batch/external_used"])
+                assert all(owner != agent.agent_id for _, owner, _, _ in external)
+                assert m["batch/external_informative"] == len(external)  # filtered: informative only
+                generated = m["generation/questions"]
+                informative = generated - m["filtered/local"]  # own groups the filter accepts
+                if name == "4/4@B4":
+                    assert generated == 4 and m["batch/local_used"] == informative <= 4
+                    assert m["batch/external_requested"] == 4
+                elif name == "backfill":
+                    assert generated == 8 and m["batch/local_used"] == informative
+                    assert m["batch/external_requested"] == 8 - informative
+                    assert m["batch/local_used"] + m["batch/external_used"] <= 8
+                else:
+                    want = {0: 4, 1: 2, 2: 0}[r]
+                    assert generated == 8 and m["batch/external_requested"] == want
+                    assert m["batch/local_requested"] == 8 - want
+                    assert m["batch/local_used"] == min(8 - want, informative)
+                # compute: what the round generated and trained on
+                assert m["generation/completions"] == generated * 8
+                assert m["generation/tokens"] == m["generated_tokens"] > 0
+                trained = m["batch/local_used"] + m["batch/external_used"]
+                assert m["train/completions"] == trained * 8
+                assert (m["train/tokens"] > 0) == (trained > 0)
+                seen[name].append((generated, m["batch/local_used"], m["batch/external_used"]))
+    # backfill's J varied with its informative own groups; the batches of the arms differ
+    assert len({e for _, _, e in seen["backfill"]}) > 1
+    assert {g for g, _, _ in seen["4/4@B4"]} == {4.0} and {g for g, _, _ in seen["backfill"]} == {8.0}
+    assert [e for _, _, e in seen["4/4-decay"][6:]] == [0.0, 0.0, 0.0]
+
+
+def test_num_tokens_adds_up_the_rounds_trained_tokens(tiny_1m_dir):
+    cfg = config(agents=2, rounds=2, group_size=4)
+    s = swarm(cfg, sharing_arm(4, 4), tiny_1m_dir.parent)
+    totals = [0.0, 0.0]
+    for _ in range(cfg.rounds):
+        for i, m in enumerate(s.run_round()):
+            totals[i] += m["train/tokens"]
+            assert m["num_tokens"] == totals[i]

@@ -20,6 +20,7 @@ from worker.research.study import (
     PAPER_CUMULATIVE,
     PRIMARY,
     REQUIRED_ARMS,
+    V3_FAMILY,
     StudyConfig,
     StudyError,
     campaign_overrides,
@@ -114,12 +115,13 @@ def synthetic(
     shifted: tuple[str, ...] = ("4/4", "6/2"),
     old_design: bool = False,
     arm_noise: float = 0.0,
+    design: str = "v2",
 ) -> dict:
     """Results in the study's shape: the ``shifted`` arms exceed every other arm by ``shift`` per
     round. ``old_design``: issue #8's file (six arms, no pre-registered family); ``arm_noise``:
     per-round noise of each arm's own, so paired differences spread."""
     rng = np.random.default_rng(11)
-    names = ARM_ORDER[:6] if old_design else ARM_ORDER
+    names = ARM_ORDER[:6] if old_design else ARM_ORDER if design == "v3" else ARM_ORDER[:8]
     base = {s: 0.2 + 0.01 * np.arange(rounds) + rng.normal(0, noise, rounds) for s in range(seeds)}
     curves = {
         name: {
@@ -132,7 +134,7 @@ def synthetic(
         for name in names
     }
     config = {
-        **StudyConfig(rounds=rounds, seeds=list(range(seeds))).settings(),
+        **StudyConfig(rounds=rounds, seeds=list(range(seeds)), design=design).settings(),
         "seeds": list(range(seeds)),
         "arms": list(names),
         "cumulative_reward": "sum over rounds of the per-round mean reward over the agents",
@@ -142,7 +144,8 @@ def synthetic(
         "cells": {},
     }
     if not old_design:
-        config["preregistered"] = {"primary": list(PRIMARY), "family": [list(p) for p in FAMILY]}
+        family = V3_FAMILY if design == "v3" else FAMILY
+        config["preregistered"] = {"primary": list(family[0]), "family": [list(p) for p in family]}
     arms = {name: [round(sum(curves[name][str(s)]), 6) for s in range(seeds)] for name in names}
     return {"config": config, "arms": arms, "curves": curves}
 
@@ -307,12 +310,12 @@ def test_campaign_preset_runs_the_same_arms():
 def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path):
     from worker.research.study_runner import pending_cells
 
-    config = StudyConfig(seeds=list(range(10)), arms=list(ARM_ORDER), other_seeds=6)
+    config = StudyConfig(seeds=list(range(10)), arms=list(ARM_ORDER[:8]), other_seeds=6, design="v2")
     assert config.seeds_of("4/4-self") == list(range(10)) and config.seeds_of("6/2") == list(range(6))
     todo = pending_cells(_open_results(tmp_path / "r.json", config), config)
     assert len(todo) == 4 * 10 + 4 * 6
     assert {seed for name, seed in todo if name in REQUIRED_ARMS} == set(range(10))
-    assert todo[: len(ARM_ORDER)] == [(name, 0) for name in ARM_ORDER]  # seed by seed: complete pairs
+    assert todo[:8] == [(name, 0) for name in ARM_ORDER[:8]]  # seed by seed: complete pairs
     assert config.agent_rounds() == (40 + 24) * config.agents * config.rounds
     assert config.self_window == 256 // 8
     defaults = StudyConfig()
@@ -323,6 +326,11 @@ def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path)
         and defaults.group_size == 8
     )
     assert set(REQUIRED_ARMS) <= set(defaults.arms) and defaults.other_seeds >= 6
+    # v3 (the default): the pre-registered family's arms on every seed, v2's arms kept
+    assert defaults.design == "v3" and set(defaults.required_arms) == {a for pair in V3_FAMILY for a in pair}
+    assert {"8/0", "4/4", "4/4-self", "8/0-dyn", "4/4@B4", "backfill", "4/4-decay", "4/4-is"} == set(
+        defaults.arms
+    )
 
 
 # --- the quick study end to end ------------------------------------------------------------------
@@ -388,7 +396,7 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     out.write_text(json.dumps(results))
     second = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "15 cells done, 1 to run" in second.stdout
+    assert f"{2 * len(ARM_ORDER) - 1} cells done, 1 to run" in second.stdout
     assert second.stdout.count(" seed ") == 1 and "2/6 seed 1" in second.stdout
     resumed = json.loads(out.read_text())
     for key, cell in results["config"]["cells"].items():
@@ -399,7 +407,9 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     report = run_cli("study-report", str(out), "--resamples", "500", cache=tiny_1m_dir.parent)
     assert report.returncode == 0, report.stderr[-3000:]
     text = out.with_suffix(".md").read_text()
-    assert "| arm | cumulative reward" in text and "| 4/4 - 4/4-self (*pre-registered*) |" in text
+    assert "| arm | cumulative reward" in text and "| 4/4@B4 - 8/0 (*pre-registered*) |" in text
+    assert "| 4/4@B4 | 4 | generates 4; trains on 4 informative own" in text  # the semantics table
+    assert "## Compute" in text
     assert "## What each arm trained on" in text
     assert "Quick smoke-test run" in text
     for name in ("curves", "cumulative", "differences"):
@@ -419,3 +429,81 @@ def test_resume_refuses_other_settings_and_quick_runs_never_write_the_docs(tmp_p
     from worker.cli import main
 
     assert main(["study", "--quick", "--out", "docs/experiments/sapo-table-cpu.json"]) == 2
+    assert main(["study", "--quick", "--out", "docs/experiments/sapo-table-cpu-v3.json"]) == 2
+
+
+# --- design v3 (issue #29) -----------------------------------------------------------------------
+
+
+def test_v3_holm_runs_over_its_own_preregistered_family_and_the_report_says_each_arms_semantics(
+    tmp_path: Path,
+):
+    """A v3 file: 4/4@B4 - 8/0 primary, backfill - 8/0 and backfill - 8/0-dyn secondary, Holm over
+    those three; the report's setup tables B and the meaning of I/J per arm."""
+    results = synthetic(0.05, 10, shifted=("4/4@B4", "backfill"), design="v3")
+    analysis = analyse(results, 2000)
+    assert analysis.design == "v3" and analysis.primary == ("4/4@B4", "8/0")
+    assert [(c.a, c.b) for c in analysis.family] == V3_FAMILY and analysis.family_size == 3
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    assert by_pair[("4/4@B4", "8/0")].holm_p == pytest.approx(3 * 2 / 1024)
+    assert not by_pair[("4/4", "4/4-self")].preregistered  # v2's primary is exploratory here
+    path = tmp_path / "v3.json"
+    path.write_text(json.dumps(results))
+    text = write_report(path, resamples=300).read_text()
+    assert "Issue #29 (design v3)" in text and "| 4/4@B4 - 8/0 (*pre-registered*) |" in text
+    assert "| backfill - 8/0-dyn (*pre-registered*) |" in text and "| 4/4 - 4/4-self |" in text
+    assert "| 4/4@B4 | 4 | generates 4; trains on 4 informative own + 4 informative external" in text
+    assert "| 4/4 | 8 | generates 8; trains on 4 informative own" in text and "v2's: I of the 8" in text
+    assert "the paper's (rl-swarm): I = questions generated" in text
+    assert "backfill: J = B - informative own groups" in text
+    assert "**Yes for 4/4@B4**" in text
+    # the paper's 4/4 sits beside 4/4@B4 (its semantics), not beside v2's 4/4
+    paper = f"| {PAPER_CUMULATIVE['4/4']:.2f} |"
+    assert [line for line in text.splitlines() if line.startswith("| 4/4@B4 |") and paper in line]
+    assert not [line for line in text.splitlines() if line.startswith("| 4/4 |") and paper in line]
+
+
+def test_the_study_accepts_any_b_and_records_every_arms_b(tmp_path: Path):
+    """B != 8: the study's B for arms without their own, <arm>@B<n> for any arm; an arm that
+    cannot run at a B is refused by name; each arm's B and semantics are in the results file."""
+    config = StudyConfig(arms=["8/0@B16", "4/4", "4/4@B4", "backfill", "8/0-dyn"], questions_per_round=12)
+    assert config.max_questions == 24  # 8/0-dyn's cap follows B
+    cfg = _open_results(tmp_path / "r.json", config)["config"]
+    assert cfg["design"] == "v3" and cfg["preregistered"]["family"] == [list(p) for p in V3_FAMILY]
+    assert cfg["arm_questions"] == {"4/4": 12, "8/0-dyn": 12, "4/4@B4": 4, "backfill": 12, "8/0@B16": 16}
+    assert cfg["arm_definitions"]["4/4@B4"]["questions_per_round"] == 4
+    assert cfg["arm_definitions"]["backfill"]["batch_rule"] == "backfill"
+    assert cfg["arm_semantics"]["8/0@B16"] == "generates 16; trains on 8 own"
+    with pytest.raises(StudyError, match="arm 8/0 at B = 4: I = 8 exceeds"):
+        StudyConfig(arms=["8/0"], questions_per_round=4)
+    with pytest.raises(StudyError, match="unknown arm '9/9'"):
+        StudyConfig(arms=["9/9"])
+    # a v2 study keeps the v2 file's settings (it still resumes) and its family
+    v2 = StudyConfig(design="v2")
+    assert "design" not in v2.settings() and v2.arms == ["8/0", "6/2", "4/4", "2/6", "4/4-self", "8/0-dyn"]
+    committed = json.loads((Path(__file__).parents[3] / "docs/experiments/sapo-table-cpu.json").read_text())
+    assert {k: committed["config"][k] for k in v2.settings()} == v2.settings()
+
+
+def test_campaign_settings_run_the_study_arms_of_issue_29():
+    """The sapo-table preset with campaign_overrides(arm) builds exactly the AgentConfig the study
+    runs for 4/4@B4, backfill, 4/4-decay and 4/4-is (B, I, J, rule, T, correction)."""
+    from worker.research.study import resolve_arm
+    from worker.shared.campaign import sapo_table_config
+
+    for name in ("4/4@B4", "backfill", "4/4-decay", "4/4-is"):
+        arm = resolve_arm(name)
+        config = sapo_table_config(**campaign_overrides(name)).validate()
+        agent = config.agent_config(config.tiers[0], seed=0)
+        assert agent.to_json() == arm.apply(agent).to_json(), name  # the campaign runs the arm as is
+        assert config.swarm_arm() == arm and config.control_kinds() == [], name
+
+
+def test_the_v2_reports_regenerate_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """v3 is a new design beside v2: `study-report` on v2's file (and the follow-up's) writes
+    exactly the committed report."""
+    root = Path(__file__).parents[3]
+    monkeypatch.chdir(root)
+    for stem in ("sapo-table-cpu", "self-replay-age-matched"):
+        out = write_report(Path(f"docs/experiments/{stem}.json"), tmp_path / f"{stem}.md")
+        assert out.read_text() == (root / f"docs/experiments/{stem}.md").read_text(), stem

@@ -1,0 +1,155 @@
+"""The v3 study's (issue #29) report text: what each arm generates and trains on, its compute,
+and the answer to the pre-registered family (4/4@B4 - 8/0; backfill - 8/0, backfill - 8/0-dyn),
+generated from the numbers (worker/research/study_report.py puts it together)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.research.study import QUESTIONS_PER_ROUND, V3_PRIMARY, V3_SECONDARY, order_arms, resolve_arm
+from worker.research.study_analysis import Analysis, Comparison
+from worker.research.study_text import (
+    caveats,
+    cell_means,
+    describe,
+    format_interval,
+    format_p,
+    format_pct,
+    seed_advice,
+    significant,
+)
+from worker.shared import stats
+
+
+def arm_semantics(config: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """Per arm of the file: (B, what a round generates and trains on), from the file's own
+    record (``arm_questions``, ``arm_semantics``), else from the arm's definition today."""
+    default = config.get("questions_per_round", QUESTIONS_PER_ROUND)
+    out = {}
+    for name in config["arms"]:
+        recorded = (config.get("arm_semantics") or {}).get(name)
+        questions = (config.get("arm_questions") or {}).get(name)
+        if recorded is None or questions is None:
+            arm = resolve_arm(
+                name, config.get("self_window"), config.get("max_questions"), config.get("decay_rounds")
+            )
+            questions, recorded = arm.questions(default), arm.semantics(default)
+        out[name] = (questions, recorded)
+    return out
+
+
+def semantics_rows(config: dict[str, Any]) -> list[str]:
+    """The report's table of I/J semantics: B per arm, and whether it is the paper's reading
+    (B = I questions generated, J taken from the swarm) or this project's earlier one (B = 8)."""
+    lines = [
+        "| arm | B (questions generated per round) | a round of this arm | I/J semantics |",
+        "|---|---|---|---|",
+    ]
+    for name, (questions, text) in arm_semantics(config).items():
+        arm = resolve_arm(
+            name, config.get("self_window"), config.get("max_questions"), config.get("decay_rounds")
+        )
+        if not arm.num_external or arm.replay == "self":
+            kind = "isolated (J = 0 from others)"
+        elif arm.batch_rule == "backfill":
+            kind = "backfill: J = B - informative own groups, per round"
+        elif questions == arm.num_local:
+            kind = "the paper's (rl-swarm): I = questions generated"
+        else:
+            kind = f"v2's: I of the {questions} generated"
+        lines.append(f"| {name} | {questions} | {text} | {kind} |")
+    return lines
+
+
+def compute_rows(results: dict[str, Any], analysis: Analysis, resamples: int) -> list[str]:
+    """Per arm: generated completions and tokens and trained tokens per agent-round (mean over
+    seeds of the cell's mean), and cumulative reward per 1,000 generated completions per agent."""
+    names = [n for n in order_arms(list(analysis.arms)) if cell_means(results, n, "generation/completions")]
+    if not names:
+        return []
+    rounds = results["config"]["rounds"]
+    lines = [
+        "| arm | generated completions | generated tokens | trained tokens | cumulative reward per "
+        "1,000 generated completions |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        cells = []
+        for key in ("generation/completions", "generation/tokens", "train/tokens"):
+            values = cell_means(results, name, key)
+            cells.append(
+                f"{sum(values) / len(values):.1f} {format_interval(stats.bootstrap_interval(values, resamples), 1)}"
+            )
+        completions = sum(cell_means(results, name, "generation/completions")) / len(
+            cell_means(results, name, "generation/completions")
+        )
+        per_thousand = (
+            analysis.arms[name].mean / (completions * rounds / 1000) if completions else float("nan")
+        )
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {per_thousand:.2f} |")
+    return lines
+
+
+def _line(lines: list[str], c: Comparison | None, what: str) -> None:
+    if c is None:
+        return
+    word = {
+        "higher": "higher",
+        "lower": "lower",
+        "suggestive-higher": "possibly higher (bootstrap interval above zero, sign-flip test not significant)",
+        "suggestive-lower": "possibly lower (bootstrap interval below zero, sign-flip test not significant)",
+        "inconclusive": "not distinguishable (interval contains zero)",
+    }[c.verdict()]
+    holm = f"; Holm p = {format_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
+    lines.append(f"- {what}: {c.a} vs {c.b} {word}; {describe(c)}{holm}.")
+
+
+def answer_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
+    """The v3 answer: the primary (the paper's 4/4 under its semantics against 8/0) and the
+    secondaries after Holm over the family, then the exploratory rows, each in plain words."""
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    config = results["config"]
+    lines = caveats(config)
+    scale = (
+        f"{config['tier']}, {config['agents']} agents, {config['rounds']} rounds, G = {config['group_size']}"
+    )
+    question = (
+        "**Does sharing help under the paper's own semantics (4/4@B4: generate 4, train on them "
+        "plus 4 from the swarm) against 8/0, and does sharing as backfill?**"
+    )
+    primary = by_pair.get(V3_PRIMARY)
+    if primary is None:
+        lines.append(f"{question} Not answerable from this file: 4/4@B4 and 8/0 have no common seed.")
+        return lines
+    verdict = significant(primary)
+    if verdict == "higher":
+        text = f"**Yes for 4/4@B4**, at this scale ({scale}): it beat 8/0 at half the generation."
+    elif verdict == "lower":
+        text = f"**No: 4/4@B4 did worse than 8/0**, at this scale ({scale})."
+    else:
+        text = f"**Cannot tell for 4/4@B4**, at this scale ({scale}): not significant after Holm."
+    lines.append(f"{question} {text} {describe(primary)}; Holm p = {format_p(primary.holm_p)}.")
+    backfill = [by_pair.get(pair) for pair in V3_SECONDARY]
+    lines.append("")
+    _line(lines, primary, "Primary, the paper's semantics vs the paper's baseline")
+    _line(lines, backfill[0], "Secondary, backfill vs the paper's baseline")
+    _line(lines, backfill[1], "Secondary, backfill vs over-generation")
+    for pair, what in (
+        (("4/4", "8/0"), "Exploratory, v2's semantics (generate 8, train on 4 + 4)"),
+        (("4/4@B4", "4/4"), "Exploratory, the two semantics of 4/4"),
+        (("4/4-is", "4/4"), "Exploratory, importance-corrected external rollouts"),
+        (("4/4-decay", "8/0"), "Exploratory, the schedule (J falls to 0)"),
+        (("8/0-dyn", "8/0"), "Exploratory, over-generation alone"),
+        (("4/4", "4/4-self"), "Exploratory, v2's primary"),
+    ):
+        _line(lines, by_pair.get(pair), what)
+    gains = [(name, by_pair.get((name, "8/0"))) for name in ("4/4@B4", "backfill", "8/0-dyn")]
+    cost = [f"{name} {format_pct(c.gain)}" for name, c in gains if c is not None]
+    if cost:
+        lines.append(
+            "- Gains over 8/0 in cumulative reward: "
+            + ", ".join(cost)
+            + "; what each arm generated and trained on is in the compute table above."
+        )
+    lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
+    return lines
