@@ -4,6 +4,7 @@ swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
 swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #29), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
+swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
 """
 
 from __future__ import annotations
@@ -321,6 +322,27 @@ def cmd_study_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study_batches(args: argparse.Namespace) -> int:
+    """Print, per arm and round, what the study's agents generated and trained on (mean over
+    seeds and agents): the check that the arms' batches differ as designed."""
+    import json
+
+    from worker.research.study_v3_text import batch_rows
+
+    if not args.results.exists():
+        print(f"swarm-worker study-batches: no results at {args.results}", file=sys.stderr)
+        return 2
+    results = json.loads(args.results.read_text())
+    config = results["config"]
+    print(
+        f"{args.results}: {len(config['seeds'])} seeds x {config['agents']} agents x {config['rounds']} rounds"
+    )
+    for name, questions in (config.get("arm_questions") or {}).items():
+        print(f"  {name}: B = {questions}; {(config.get('arm_semantics') or {}).get(name, '')}")
+    print("\n".join(batch_rows(results)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
@@ -545,6 +567,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, default=None, help="markdown path (default: the JSON's, .md)")
     report.add_argument("--resamples", type=int, default=None, help="bootstrap resamples")
     report.set_defaults(func=cmd_study_report)
+
+    batches = sub.add_parser(
+        "study-batches",
+        help="print what each arm of a study generated and trained on, round by round (markdown)",
+    )
+    batches.add_argument("results", type=Path, nargs="?", default=DEFAULT_OUT)
+    batches.set_defaults(func=cmd_study_batches)
     return parser
 
 

@@ -80,8 +80,11 @@ class RolloutPool:
 class LocalTransport:
     """An agent's own question stream, verified locally, with an optional shared pool.
 
-    Questions come from the stream ``seed`` at position ``round * count``, so a resumed agent
-    gets the same questions for the same round. Rewards are re-scored with the task's verifier,
+    Questions come from the stream ``seed`` at position ``round * max(count, stride)``, so a
+    resumed agent gets the same questions for the same round. ``stride`` (0: ``count``) lets arms
+    that generate fewer questions see a prefix of the same round's questions: with stride 8 an
+    arm at B = 4 (4/4@B4) gets the first 4 of the 8 that an arm at B = 8 gets in every round,
+    so arms stay paired round by round (the simulator sets it to its base B). Rewards are re-scored with the task's verifier,
     as the coordinator does, so the loop sees the same "verified" semantics in every mode.
     """
 
@@ -91,15 +94,17 @@ class LocalTransport:
         seed: int,
         pool: RolloutPool | None = None,
         reward_config: RewardConfig | None = None,
+        stride: int = 0,
     ) -> None:
         self.mix = mix
         self.seed = seed
+        self.stride = stride
         self.pool = pool
         self.reward_config = reward_config or RewardConfig()
         self.reports: list[dict[str, float]] = []
 
     def lease(self, agent_id: str, round: int, count: int) -> Lease:
-        stream = QuestionStream(self.mix, self.seed, position=round * count)
+        stream = QuestionStream(self.mix, self.seed, position=round * max(count, self.stride))
         return Lease(uuid.uuid4().hex, round, stream.take(count))
 
     def lease_extra(self, agent_id: str, round: int, count: int, start: int) -> Lease:

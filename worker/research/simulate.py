@@ -2,7 +2,8 @@
 
 Every agent starts from the same weights (the tier's) and gets its own question stream, seeded
 by (seed, agent index) only, so every arm of a study sees the same questions and arms can be
-compared pairwise. Each round, all agents generate and share before any agent trains, so a
+compared pairwise (an arm that generates fewer questions than the base config, 4/4@B4, gets the
+first B of the same round's questions). Each round, all agents generate and share before any agent trains, so a
 rollout shared in round r can be trained on by others in round r.
 """
 
@@ -90,7 +91,14 @@ class Swarm:
                 seed=stable_seed(config.seed, index, "backend"),
                 log=log,
             )
-            transport = LocalTransport(config.mix, stable_seed(config.seed, index, "questions"), self.pool)
+            # stride = the base B: an arm at a smaller B (4/4@B4) leases a prefix of the questions
+            # every other arm leases in the same round, so arms pair round by round
+            transport = LocalTransport(
+                config.mix,
+                stable_seed(config.seed, index, "questions"),
+                self.pool,
+                stride=config.agent.questions_per_round,
+            )
             agent_id = f"agent-{index}"
             self.agents.append(
                 Agent(

@@ -260,3 +260,18 @@ def test_num_tokens_adds_up_the_rounds_trained_tokens(tiny_1m_dir):
         for i, m in enumerate(s.run_round()):
             totals[i] += m["train/tokens"]
             assert m["num_tokens"] == totals[i]
+
+
+def test_an_arm_at_a_smaller_b_gets_a_prefix_of_every_rounds_questions(tiny_1m_dir):
+    """Pairing round by round: in the simulator 4/4@B4's 4 questions of round r are the first 4
+    of the 8 that 8/0 gets in round r (not round r // 2's last ones)."""
+    from worker.research.study import resolve_arm
+
+    cfg = config(agents=2, rounds=1, group_size=2)
+    plain, half = (swarm(cfg, resolve_arm(name), tiny_1m_dir.parent) for name in ("8/0", "4/4@B4"))
+    for a, b in zip(plain.agents, half.agents, strict=True):
+        assert b.config.questions_per_round == 4
+        for r in range(3):
+            eight = [q.question for q in a.transport.lease(a.agent_id, r, 8).questions]
+            four = [q.question for q in b.transport.lease(b.agent_id, r, 4).questions]
+            assert four == eight[:4], r

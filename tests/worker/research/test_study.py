@@ -507,3 +507,25 @@ def test_the_v2_reports_regenerate_unchanged(tmp_path: Path, monkeypatch: pytest
     for stem in ("sapo-table-cpu", "self-replay-age-matched"):
         out = write_report(Path(f"docs/experiments/{stem}.json"), tmp_path / f"{stem}.md")
         assert out.read_text() == (root / f"docs/experiments/{stem}.md").read_text(), stem
+
+
+def test_study_batches_prints_what_each_arm_generated_and_trained_on(tmp_path: Path, capsys):
+    from worker.cli import main
+
+    results = synthetic(0.0, 2, rounds=2, design="v3")
+    keys = ("generation/questions", "batch/local_used", "batch/external_used", "batch/external_requested")
+    results["mechanism"] = {
+        "4/4@B4": {
+            s: dict(zip(keys, ([4.0, 4.0], [2.5, 3.0], [4.0, 4.0], [4.0, 4.0]), strict=True)) for s in "01"
+        },
+        "backfill": {
+            s: dict(zip(keys, ([8.0, 8.0], [5.0, 6.0], [3.0, 2.0], [3.0, 2.0]), strict=True)) for s in "01"
+        },
+    }
+    results["config"]["arm_questions"] = {"4/4@B4": 4, "backfill": 8}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(results))
+    assert main(["study-batches", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "  4/4@B4: B = 4" in out and "| 4/4@B4 | 1 | 4.00 | 3.00 | 4.00 | 4.00 | - |" in out
+    assert "| backfill | 0 | 8.00 | 5.00 | 3.00 | 3.00 | - |" in out and "| 8/0 |" not in out
