@@ -62,16 +62,29 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
             self._repair = asyncio.ensure_future(self._repair_when_back())
 
     async def _repair_when_back(self) -> None:
-        """Ping until Redis answers, then add every live membership of this process again."""
+        """Ping until Redis answers, then add every live membership of this process again.
+
+        A socket may close while this runs; its discard is only local (the layer is still
+        down), so whatever was added again and has been left meanwhile is discarded from Redis
+        before the layer counts as up (the last check and ``down = False`` share one step of the
+        event loop: no discard can fall between them)."""
         while True:
             await asyncio.sleep(self.retry_seconds)
+            added: set[tuple[str, str]] = set()
             try:
                 async with self._semaphore():
                     await self.connection(0).ping()
                 for group, channels in list(self.memberships.items()):
                     for channel in list(channels):
+                        if channel in self.memberships.get(group, ()):
+                            async with self._semaphore():
+                                await super().group_add(group, channel)
+                            added.add((group, channel))
+                while left := {(g, c) for g, c in added if c not in self.memberships.get(g, ())}:
+                    for group, channel in left:
                         async with self._semaphore():
-                            await super().group_add(group, channel)
+                            await super().group_discard(group, channel)
+                    added -= left
             except OUTAGE_ERRORS:
                 continue
             self.down = False

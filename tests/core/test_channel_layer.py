@@ -125,3 +125,46 @@ def test_the_embedded_broker_never_shows_a_message_before_it_is_whole(tmp_path, 
             queue.close()
         visible_while_serialising = any(seen)
         assert visible_while_serialising == (url.startswith("filesystem")), (url, seen)
+
+
+def test_a_membership_left_while_redis_was_being_repaired_does_not_come_back(tmp_path):
+    """When Redis is back, the layer adds every live membership again, one by one. A socket that
+    closes meanwhile (the layer still marked down, so its discard is only local) must not stay a
+    member in Redis: CI saw 'asgi:group:campaign-N-workers' left behind after every worker had
+    gone (tests/system/test_faults.py, Redis restarted mid-campaign)."""
+    from swarm_app.core.redis_layer import ResilientRedisChannelLayer
+    from tests.servers import free_port, kill, start_redis
+
+    port = free_port()
+    layer = ResilientRedisChannelLayer(
+        hosts=[{"address": f"redis://127.0.0.1:{port}", "socket_connect_timeout": 0.5}], retry_seconds=0.05
+    )
+    redis = None
+
+    async def scenario() -> tuple[bool, int]:
+        nonlocal redis
+        key = layer._group_key("g-repair")
+        channels = [f"specific.test!{number}" for number in range(400)]
+        for channel in channels:  # nothing listens yet: the first add marks the outage
+            await layer.group_add("g-repair", channel)
+        assert layer.down
+        redis = start_redis(port, tmp_path / "redis.log")
+        for _ in range(100_000):  # until the repair has begun adding again...
+            if await layer.connection(0).zcard(key):
+                break
+        down_while_leaving = layer.down  # ...and is not done: these discards are only local
+        for channel in channels:
+            await layer.group_discard("g-repair", channel)
+        for _ in range(1000):  # until the repair is done (at most 10 s)
+            if not layer.down:
+                break
+            await asyncio.sleep(0.01)
+        return down_while_leaving, await layer.connection(0).zcard(key)
+
+    try:
+        down_while_leaving, left_in_redis = asyncio.run(scenario())
+    finally:
+        if redis is not None:
+            kill(redis)
+    assert down_while_leaving  # else the test did not exercise the race
+    assert left_in_redis == 0 and layer.membership_count == 0
