@@ -174,6 +174,13 @@
       (single.length ? "; no band for " + single.join(", ") + ": one agent" : "") + ")";
   }
 
+  // Rounds 0..S-1 of an arm have been reported by all its live agents (the server's `settled`,
+  // refreshed with every tables message); a newer round is the mean of the agents ahead only.
+  function settledRounds(tier, arm) {
+    const byTier = state.tables && state.tables.settled ? state.tables.settled[tier] : null;
+    return byTier && byTier[arm] !== undefined ? byTier[arm] : Infinity;
+  }
+
   function drawTier(tier) {
     const arms = state.series[tier] || {};
     const rewardTraces = [];
@@ -182,30 +189,44 @@
     for (const arm of ARMS) {
       const entry = arms[arm];
       if (!entry || entry.rows.length === 0) continue;
-      const x = entry.rows.map((r) => r.round);
-      const mean = entry.rows.map((r) => r.mean);
+      const settled = settledRounds(tier, arm);
+      const rows = entry.rows.filter((r) => r.round < settled);
+      const newest = entry.rows.filter((r) => r.round >= settled);
+      const x = rows.map((r) => r.round);
       const n = armAgents(entry);
       counts.push({ label: LABELS[arm], n: n });
       if (n >= 2) {
         rewardTraces.push({
-          x: x, y: entry.rows.map((r) => r.mean - r.std), mode: "lines", line: { width: 0 },
+          x: x, y: rows.map((r) => r.mean - r.std), mode: "lines", line: { width: 0 },
           hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
         });
         rewardTraces.push({
-          x: x, y: entry.rows.map((r) => r.mean + r.std), mode: "lines", line: { width: 0 }, fill: "tonexty",
+          x: x, y: rows.map((r) => r.mean + r.std), mode: "lines", line: { width: 0 }, fill: "tonexty",
           fillcolor: BANDS[arm], hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " band",
         });
       }
       rewardTraces.push({
-        x: x, y: mean, mode: x.length < 60 ? "lines+markers" : "lines",
+        x: x, y: rows.map((r) => r.mean), mode: x.length < 60 ? "lines+markers" : "lines",
         name: LABELS[arm] + (n >= 2 ? " (n=" + n + ", band ±1 std)" : " (n=" + n + ", no band)"),
         legendgroup: arm, line: { color: COLORS[arm], width: 2 },
-        customdata: entry.rows.map((r) => r.agents),
+        customdata: rows.map((r) => r.agents),
         hovertemplate: "round %{x}<br>mean %{y:.3f}<br>agents %{customdata}<extra>" + LABELS[arm] + "</extra>",
         meta: { arm: arm },
       });
+      if (newest.length) {
+        // Open markers, no line, out of the cumulative curve: not yet comparable with the rest.
+        rewardTraces.push({
+          x: newest.map((r) => r.round), y: newest.map((r) => r.mean), mode: "markers",
+          name: LABELS[arm] + ": newest rounds, not all agents yet",
+          legendgroup: arm, marker: { color: COLORS[arm], symbol: "circle-open", size: 8 },
+          customdata: newest.map((r) => r.agents),
+          hovertemplate: "round %{x}<br>mean %{y:.3f}<br>only %{customdata} of " + n +
+            " agents so far<extra>" + LABELS[arm] + "</extra>",
+          meta: { arm: arm, pending: true },
+        });
+      }
       cumulativeTraces.push({
-        x: x, y: entry.rows.map((r) => r.cumulative), mode: x.length < 60 ? "lines+markers" : "lines", name: LABELS[arm],
+        x: x, y: rows.map((r) => r.cumulative), mode: x.length < 60 ? "lines+markers" : "lines", name: LABELS[arm],
         line: { color: COLORS[arm], width: 2 },
       });
     }
@@ -519,6 +540,7 @@
   }
 
   function renderTables(t) {
+    const settledBefore = JSON.stringify(state.tables ? state.tables.settled : null);
     state.tables = t;
     state.tiers = t.campaign.tiers;
     syncAgentOptions(t);
@@ -531,9 +553,11 @@
     renderControls(t.controls);
     renderWorkers(t.workers, t.worker_counts);
     ensurePanels();
-    // Panels still empty get their words updated (a worker joined, the campaign launched).
+    // Panels still empty get their words updated (a worker joined, the campaign launched); all
+    // are redrawn when more rounds have been reported by every agent.
+    const settledMoved = JSON.stringify(t.settled || null) !== settledBefore;
     for (const tier of state.tiers) {
-      if (!document.getElementById("cumulative-" + slug(tier)).hidden) continue;
+      if (!settledMoved && !document.getElementById("cumulative-" + slug(tier)).hidden) continue;
       drawTier(tier);
     }
   }

@@ -32,9 +32,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Avg, Count, Q
+from django.db.models import Avg, Count, Max, Q
 
-from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_between, refresh_rollups
 from worker.shared import stats
 
@@ -132,6 +132,60 @@ def _load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
     for tier, arm, *rest in rows:
         grouped[(tier, arm)].append(tuple(rest))
     return grouped
+
+
+def live_agents(campaign: Campaign) -> dict[str, tuple[str, str]]:
+    """{agent: (tier, arm)} of the agents still running: connected swarm nodes and running
+    control runs (an agent that left or finished is expected to report nothing more)."""
+    from swarm_app.coordinator.models import WorkerNode
+
+    agents = {
+        f"node:{node_id}": (tier, Arm.SWARM.value)
+        for node_id, tier in WorkerNode.objects.filter(campaign=campaign, connected=True).values_list(
+            "node_id", "tier"
+        )
+    }
+    running = ControlRun.objects.filter(campaign=campaign, state=ControlRun.State.RUNNING)
+    for pk, tier, arm in running.values_list("pk", "tier", "arm"):
+        agents[f"control:{pk}"] = (tier, arm)
+    return agents
+
+
+def settled_rounds(campaign: Campaign, grouped: dict) -> dict[tuple[str, str], int]:
+    """{(tier, arm): S}: rounds 0..S-1 of the arm have been reported by every live agent of it
+    that has reported anything (S = 1 + the smallest newest round among them; every round with
+    data when no agent of the arm is live). A newer round is the mean of only the agents ahead
+    (often one node): the page draws it apart, with its n, and nothing sums it (issue #26 item
+    5)."""
+    live = live_agents(campaign)
+    newest: dict[tuple[str, str], int] = {}
+    if live:
+        blocks = AgentBlock.objects.filter(campaign=campaign, agent__in=list(live))
+        for agent, last in (
+            blocks.values("agent").annotate(last=Max("last_round")).values_list("agent", "last")
+        ):
+            key = live[agent]
+            newest[key] = min(newest.get(key, last), last)
+    settled = {}
+    for key, rows in grouped.items():
+        reached = rows[-1][0] + 1 if rows else 0
+        settled[key] = min(reached, newest[key] + 1) if key in newest else reached
+    return settled
+
+
+def by_tier(values: dict[tuple[str, str], Any]) -> dict[str, dict[str, Any]]:
+    """{(tier, arm): v} as {tier: {arm: v}} (JSON's keys are strings)."""
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (tier, arm), value in values.items():
+        out[tier][arm] = value
+    return dict(out)
+
+
+def settled_only(grouped: dict, settled: dict[tuple[str, str], int]) -> dict[tuple[str, str], list[tuple]]:
+    """``grouped`` without the rounds that not every live agent has reported yet."""
+    return {
+        key: [row for row in rows if row[0] < settled.get(key, row[0] + 1)] for key, rows in grouped.items()
+    }
 
 
 def tiers_of(campaign: Campaign, grouped: dict[tuple[str, str], list] | None = None) -> list[str]:
@@ -580,14 +634,18 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
     grouped = _load_aggregates(campaign) if grouped is None else grouped
     if step is None:
         _, step = reward_series(campaign, grouped)
-    agent_means, metric_means = _agent_means(campaign, horizons(grouped)[1])
+    # Every number below is over the rounds that every live agent has reported (settled_rounds).
+    settled = settled_rounds(campaign, grouped)
+    complete = settled_only(grouped, settled)
+    agent_means, metric_means = _agent_means(campaign, horizons(complete)[1])
     return {
         "campaign": campaign_info(campaign),
         "arms": arms_shown(campaign, grouped),
+        "settled": by_tier(settled),
         "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
-        "summary": summary(campaign, grouped, agent_means),
-        "mechanism": mechanism(campaign, grouped, metric_means),
-        "pool": pool_stats(campaign, grouped, step),
+        "summary": summary(campaign, complete, agent_means),
+        "mechanism": mechanism(campaign, complete, metric_means),
+        "pool": pool_stats(campaign, complete, step),
         "workers": worker_rows(campaign),
         "worker_counts": worker_counts(campaign),
         "controls": control_rows(campaign),

@@ -264,6 +264,37 @@ def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
     assert windows[2]["gains"]["isolated"]["value"] == pytest.approx((0.53 / 0.05 - 1) * 100)
 
 
+def test_rounds_not_yet_reported_by_every_live_agent_stay_out_of_the_numbers(db):
+    """Issue #26 item 5: node a is 3 rounds ahead of nodes b and c. Its rounds 5..7 are one node's
+    values; they are sent (the page draws them apart, with their n) but no summary, window or
+    share sums them: the settled rounds are 0..4 while b and c are connected, all 8 once they
+    have left (a node that left reports nothing more), and a running control seed counts like a
+    connected node."""
+    campaign = make_campaign()
+    token, _ = create_token(campaign)
+    for name in "abc":
+        WorkerNode.objects.create(campaign=campaign, node_id=name, token=token, tier="tiny-1m", connected=True)
+    add_rows(campaign, "swarm", "tiny-1m", ["node:b", "node:c"], range(5), lambda a, r: 0.5)
+    add_rows(campaign, "swarm", "tiny-1m", ["node:a"], range(8), lambda a, r: 0.5 if r < 5 else 1.0)
+    run = ControlRun.objects.create(
+        campaign=campaign, tier="tiny-1m", arm="isolated", seed=0, state=ControlRun.State.RUNNING
+    )
+    add_rows(campaign, "isolated", "tiny-1m", [f"control:{run.pk}"], range(6), lambda a, r: 0.5)
+    payload = dashboard.dashboard_payload(campaign)
+    assert payload["settled"]["tiny-1m"] == {"swarm": 5, "isolated": 6}
+    assert payload["series"]["tiny-1m"]["swarm"]["round"] == list(range(8))  # all sent, with n
+    assert payload["series"]["tiny-1m"]["swarm"]["agents"][5:] == [1, 1, 1]
+    tier = payload["summary"]["tiny-1m"]
+    assert tier["horizon"] == 5
+    assert tier["arms"]["swarm"]["cumulative"] == pytest.approx(5 * 0.5)  # no 1.0 of node a
+    assert payload["pool"]["external_by_tier"]["tiny-1m"]["round"] == 4
+    WorkerNode.objects.filter(node_id__in=["b", "c"]).update(connected=False)
+    ControlRun.objects.filter(pk=run.pk).update(state=ControlRun.State.COMPLETED)
+    payload = dashboard.dashboard_payload(campaign)
+    assert payload["settled"]["tiny-1m"] == {"swarm": 8, "isolated": 6}
+    assert payload["summary"]["tiny-1m"]["horizon"] == 6
+
+
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
     independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of

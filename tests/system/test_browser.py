@@ -511,6 +511,33 @@ def test_honest_numbers_completion_and_disconnection(transactional_db, page, tmp
     assert not page.evaluate("window.swarmDashboard.errors")
 
 
+def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, page, tmp_path):
+    """Issue #26 item 5: tiny-1m's node 1 is connected and has reported rounds 0..6 only, so
+    rounds 7..9 of the swarm are the mean of 3 of its 4 nodes: drawn as open markers with their
+    n, outside the line and the cumulative curve; once node 1 has left, the next tables message
+    settles them and the page redraws them into the curve, live."""
+    campaign = seed_campaign()
+    WorkerNode.objects.filter(campaign=campaign, node_id__in=["1mnode0", "1mnode1"]).update(connected=True)
+    RoundMetrics.objects.filter(campaign=campaign, agent="node:1mnode1", round__gte=7).delete()
+    pending = (
+        "() => document.getElementById('reward-tiny-1m').data.filter((t) => t.meta && t.meta.pending)"
+        ".map((t) => ({name: t.name, x: t.x, n: t.customdata}))"
+    )
+    line_end = "() => document.getElementById('%s-tiny-1m').data.filter((t) => t.name.startsWith('swarm'))[0].x.at(-1)"
+    with asgi_server(tmp_path / "daphne.log", SERVE_STATIC="1") as base:
+        page.goto(f"{base}{campaign.get_absolute_url()}")
+        page.wait_for_function("() => window.swarmDashboard && window.swarmDashboard.ready")
+        assert page.evaluate(pending) == [
+            {"name": "swarm: newest rounds, not all agents yet", "x": [7, 8, 9], "n": [3, 3, 3]}
+        ]
+        assert page.evaluate(line_end % "reward") == 6 and page.evaluate(line_end % "cumulative") == 6
+        assert page.locator("#summary tbody tr", has=page.locator("td:text-is('tiny-1m')")).count() == 1
+        WorkerNode.objects.filter(node_id="1mnode1").update(connected=False)
+        page.wait_for_function(f"() => ({pending})().length === 0", timeout=30_000)
+        assert page.evaluate(line_end % "reward") == 9 and page.evaluate(line_end % "cumulative") == 9
+    assert not page.evaluate("window.swarmDashboard.errors")
+
+
 def check_summary(page) -> None:
     """The seeded campaign's summary: every number with its n and an interval, or the words."""
     swarm = summary_cell(page, "tiny-1m", "td[data-arm=swarm]")
