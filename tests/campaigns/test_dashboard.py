@@ -273,7 +273,9 @@ def test_rounds_not_yet_reported_by_every_live_agent_stay_out_of_the_numbers(db)
     campaign = make_campaign()
     token, _ = create_token(campaign)
     for name in "abc":
-        WorkerNode.objects.create(campaign=campaign, node_id=name, token=token, tier="tiny-1m", connected=True)
+        WorkerNode.objects.create(
+            campaign=campaign, node_id=name, token=token, tier="tiny-1m", connected=True
+        )
     add_rows(campaign, "swarm", "tiny-1m", ["node:b", "node:c"], range(5), lambda a, r: 0.5)
     add_rows(campaign, "swarm", "tiny-1m", ["node:a"], range(8), lambda a, r: 0.5 if r < 5 else 1.0)
     run = ControlRun.objects.create(
