@@ -454,7 +454,8 @@ def write_report(
         *(
             [
                 f"  Required arms ({', '.join(config.get('required_arms', []))}) run on every seed, the "
-                f"others on the first {config.get('other_seeds') or len(config['seeds'])}. What a round "
+                f"others on the first {min(config.get('other_seeds') or len(config['seeds']), len(config['seeds']))}. "
+                "What a round "
                 "of each arm generates (B) and trains on, and which meaning of I/J it uses:",
                 "",
                 *semantics_rows(config),

@@ -53,6 +53,8 @@ def semantics_rows(config: dict[str, Any]) -> list[str]:
             kind = "isolated (J = 0 from others)"
         elif arm.batch_rule == "backfill":
             kind = "backfill: J = B - informative own groups, per round"
+        elif arm.batch_rule == "decay":
+            kind = f"schedule: J falls from {arm.num_external} to 0, I of the {questions} generated"
         elif questions == arm.num_local:
             kind = "the paper's (rl-swarm): I = questions generated"
         else:
