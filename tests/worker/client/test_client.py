@@ -853,3 +853,35 @@ def test_join_with_a_refused_token_exits_2(
         code = main(["join", fake.url, "--token", "nope", "--data-dir", str(tmp_path), "--no-status"])
     assert code == 2
     assert "cannot continue" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_a_backfill_campaign_asks_the_coordinator_for_exactly_what_it_fills(
+    worker_env: None, tmp_path: Path
+) -> None:
+    """Issue #29 on the volunteer's path: a campaign's batch_rule reaches the agent, each round's
+    sample_request asks for B minus the informative own groups, and the round's metrics carry
+    that count and the compute (generated and trained completions and tokens)."""
+    config = small_config(
+        batch_rule="backfill",
+        questions_per_round=4,
+        num_local=4,
+        num_external=4,
+        group_size=4,
+        local_strategy="nonzero_advantage",
+        external_strategy="nonzero_advantage",
+    )
+    with FakeCoordinator() as fake:
+        fake.config = config
+        result = run_worker(fake.url, "secret", tmp_path / "volunteer", status=False)
+        assert result.reason == "completed" and sorted(fake.metrics) == [0, 1, 2]
+        asked = [m.fields["count"] for m in fake.of_type("sample_request")]
+    wanted = []
+    for r in range(3):
+        m = fake.metrics[r]
+        informative = m["generation/questions"] - m["filtered/local"]
+        assert m["batch/local_used"] == informative and m["batch/external_requested"] == 4 - informative
+        assert m["generation/completions"] == 16 and m["generation/tokens"] > 0
+        assert m["train/completions"] == 4 * (m["batch/local_used"] + m["batch/external_used"])
+        wanted += [int(m["batch/external_requested"])] if m["batch/external_requested"] else []
+    assert asked == wanted
