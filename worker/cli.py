@@ -111,7 +111,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     _fill_defaults(args, SIMULATE_DEFAULTS)
     spec = tier(args.tier)
     self_window = pool_share_window(args.pool_window, args.agents)
-    if args.preset == "sapo-table":
+    if args.arms:  # the study's arms by name (worker/research/study.py), <arm>@B<n> too
+        from worker.research.study import resolve_arm
+
+        try:
+            arms = [resolve_arm(name, self_window) for name in args.arms.split(",")]
+        except StudyError as error:
+            print(f"swarm-worker simulate: {error}", file=sys.stderr)
+            return 2
+    elif args.preset == "sapo-table":
         arms = sapo_table_arms(args.questions, self_window=self_window)
     else:
         strategy_local = args.local_strategy
@@ -143,6 +151,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         grpo=grpo,
     )
+    for arm in arms:  # each arm must run at this B (I <= B, ...)
+        try:
+            arm.apply(agent)
+        except ValueError as error:
+            print(f"swarm-worker simulate: arm {arm.name}: {error}", file=sys.stderr)
+            return 2
     config = SimulationConfig(
         agents=args.agents,
         rounds=args.rounds,
@@ -388,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--preset", choices=["sapo-table"], help="run the paper's arms plus the missing controls"
+    )
+    sim.add_argument(
+        "--arms",
+        default=None,
+        help="comma-separated study arms to run instead (e.g. 8/0,4/4@B4,backfill,4/4-decay,4/4-is; "
+        "any of them at another B as <arm>@B<n>); --questions is the B of those without their own",
     )
     sim.add_argument("--tasks", default="cpu", help="task preset (cpu, rgym9)")
     sim.add_argument("--questions", type=int, default=None, help="B: questions generated per agent per round")

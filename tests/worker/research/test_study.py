@@ -529,3 +529,13 @@ def test_study_batches_prints_what_each_arm_generated_and_trained_on(tmp_path: P
     out = capsys.readouterr().out
     assert "  4/4@B4: B = 4" in out and "| 4/4@B4 | 1 | 4.00 | 3.00 | 4.00 | 4.00 | - |" in out
     assert "| backfill | 0 | 8.00 | 5.00 | 3.00 | 3.00 | - |" in out and "| 8/0 |" not in out
+
+
+def test_simulate_runs_study_arms_by_name_and_refuses_one_that_cannot_run(tmp_path: Path, capsys):
+    from worker.cli import main
+
+    out = tmp_path / "sim.json"
+    assert main(["simulate", "--arms", "8/0", "--questions", "4", "--quiet", "--out", str(out)]) == 2
+    assert "arm 8/0: I = 8 exceeds the 4 questions per round" in capsys.readouterr().err
+    assert main(["simulate", "--arms", "5/5", "--quiet", "--out", str(out)]) == 2
+    assert "unknown arm '5/5'" in capsys.readouterr().err and not out.exists()
