@@ -30,18 +30,21 @@ them plus 4 external (this project's studies up to v2). ``@B<n>`` fixes B = n:
   swarm (``num_transplant_trees``), so its 4/4 generates half of what its 8/0 does.
   :func:`with_questions` gives any arm at another B (``8/0-dyn@B4``, ...).
 
-Batch rules (``batch_rule``; worker/shared/sampling.py's ``batch_request`` computes them), with
-q_r = own groups of round r that the local strategy accepts (informative ones, filtered)::
+Batch rules (``batch_rule``; worker/shared/sampling.py's ``batch_request`` computes them): I_r
+and J_r are the own and external groups round r asks for, q_r the own groups of round r that
+the local strategy accepts (the informative ones, filtered); a round trains on at most
+min(I_r, q_r) own groups and on the external ones the pool offers that the external strategy
+accepts, at most J_r::
 
-    fixed:     I_r = I,                J_r = J
-    backfill:  I_r = min(I, q_r),      J_r = min(J, max(0, B - min(I, q_r)))
+    fixed:     I_r = I,   J_r = J
+    backfill:  I_r = I,   J_r = min(J, max(0, B - min(I, q_r)))
     decay:     J_r = floor(J * max(0, 1 - r / T) + 1/2),   I_r = I + J - J_r
 
 * ``backfill`` (SAPO as backfill: I = J = B): train on every informative own group, then fill
   the batch up to B groups with informative external groups from the pool; J varies per round
   (B minus the informative own groups). Sharing only where the agent's own round fell short.
 * ``4/4-decay`` (decay, I = J = 4, T = :data:`DEFAULT_DECAY_ROUNDS`): 4/4 at round 0 that
-  turns into 8/0 by round T, one external slot at a time. It follows the crossover of the v2
+  turns into 8 own (filtered) groups by round T, one external slot at a time. It follows the crossover of the v2
   study (exploratory windows: sharing was worth about as much as curation in rounds 1-15 and
   cost reward in proportion to J after round 30), so T = 30 puts J at 0 where 4/4 - 8/0 turned
   negative. Same generation as 4/4 (B = 8).
