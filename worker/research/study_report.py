@@ -151,6 +151,30 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
     axis.set_title("Paired differences: red = mean, 95% bootstrap interval; grey = one seed")
     axis.grid(alpha=0.3, axis="x")
     save(figure, "differences")
+
+    # 4. v3: cumulative reward against cumulative generated tokens (per agent), mean over seeds.
+    mechanism = results.get("mechanism") or {}
+    costed = [
+        n for n in names if any("generation/tokens" in cell for cell in (mechanism.get(n) or {}).values())
+    ]
+    if analysis.design == "v3" and costed:
+        figure, axis = plt.subplots(figsize=(7, 4.5))
+        for name in costed:
+            xs, ys = [], []
+            for seed in analysis.arms[name].seeds:
+                cell = mechanism[name].get(seed_key(seed)) or {}
+                tokens = [v or 0.0 for v in cell.get("generation/tokens", [])]
+                if tokens:
+                    xs.append(np.cumsum(tokens))
+                    ys.append(np.cumsum(results["curves"][name][seed_key(seed)]))
+            if xs:
+                axis.plot(np.mean(xs, axis=0), np.mean(ys, axis=0), color=colors[name], label=name)
+        axis.set_xlabel("cumulative completion tokens generated per agent")
+        axis.set_ylabel("cumulative reward")
+        axis.set_title("Reward against generation: mean over seeds")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        save(figure, "compute")
     return paths
 
 
@@ -574,6 +598,13 @@ def write_report(
             "",
             *compute,
         ]
+        if len(images) > 3:
+            lines += [
+                "",
+                "Cumulative reward against the completion tokens an agent generated (mean over seeds):",
+                "",
+                f"![reward against generated tokens]({images[3].name})",
+            ]
     lines += ["", "## Reward curves", ""]
     if images:
         lines += [

@@ -79,9 +79,11 @@ def compute_rows(results: dict[str, Any], analysis: Analysis, resamples: int) ->
         cells = []
         for key in ("generation/completions", "generation/tokens", "train/tokens"):
             values = cell_means(results, name, key)
-            cells.append(
-                f"{sum(values) / len(values):.1f} {format_interval(stats.bootstrap_interval(values, resamples), 1)}"
-            )
+            if not values:  # not recorded in this file
+                cells.append("-")
+                continue
+            interval = format_interval(stats.bootstrap_interval(values, resamples), 1)
+            cells.append(f"{sum(values) / len(values):.1f} {interval}")
         completions = sum(cell_means(results, name, "generation/completions")) / len(
             cell_means(results, name, "generation/completions")
         )

@@ -441,6 +441,13 @@ def test_v3_holm_runs_over_its_own_preregistered_family_and_the_report_says_each
     """A v3 file: 4/4@B4 - 8/0 primary, backfill - 8/0 and backfill - 8/0-dyn secondary, Holm over
     those three; the report's setup tables B and the meaning of I/J per arm."""
     results = synthetic(0.05, 10, shifted=("4/4@B4", "backfill"), design="v3")
+    results["mechanism"] = {
+        arm: {
+            str(s): {"generation/completions": [b * 8.0] * 12, "generation/tokens": [b * 30.0] * 12}
+            for s in range(10)
+        }
+        for arm, b in (("8/0", 8), ("4/4@B4", 4), ("backfill", 8))
+    }
     analysis = analyse(results, 2000)
     assert analysis.design == "v3" and analysis.primary == ("4/4@B4", "8/0")
     assert [(c.a, c.b) for c in analysis.family] == V3_FAMILY and analysis.family_size == 3
@@ -457,6 +464,10 @@ def test_v3_holm_runs_over_its_own_preregistered_family_and_the_report_says_each
     assert "the paper's (rl-swarm): I = questions generated" in text
     assert "backfill: J = B - informative own groups" in text
     assert "**Yes for 4/4@B4**" in text
+    # compute: per agent-round, and reward against generated tokens
+    assert "## Compute" in text and "| 4/4@B4 | 32.0 [32.0, 32.0] | 120.0 [120.0, 120.0] |" in text
+    assert (tmp_path / "v3-compute.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](v3-compute.png)" in text
     # the paper's 4/4 sits beside 4/4@B4 (its semantics), not beside v2's 4/4
     paper = f"| {PAPER_CUMULATIVE['4/4']:.2f} |"
     assert [line for line in text.splitlines() if line.startswith("| 4/4@B4 |") and paper in line]
