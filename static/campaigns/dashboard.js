@@ -280,16 +280,29 @@
     return td;
   }
 
+  // The controls in the order their gains are shown: the campaign's reference control (the
+  // headline) first, then the others.
+  function controlsShown(arms) {
+    const reference = state.tables ? state.tables.reference : null;
+    const controls = arms.filter((a) => a.arm !== "swarm");
+    return controls.filter((a) => a.arm === reference).concat(controls.filter((a) => a.arm !== reference));
+  }
+  function gainHeader(a) {
+    const reference = state.tables ? state.tables.reference : null;
+    return el("th", "Gain vs " + a.label + (a.arm === reference ? " (headline)" : ""));
+  }
+
   // The summary's columns: one per arm the campaign runs (t.arms), then the swarm's gain over
-  // each control among them.
+  // each control among them, the reference first.
   function summaryHeader(arms) {
-    const key = arms.map((a) => a.arm).join(",");
+    const controls = controlsShown(arms);
+    const key = arms.map((a) => a.arm).join(",") + "|" + controls.map((a) => a.arm).join(",");
     const head = document.querySelector("#summary thead tr");
     if (head.dataset.arms === key) return;
     head.dataset.arms = key;
     const cells = [el("th", "Tier"), el("th", "H")];
     for (const a of arms) cells.push(el("th", a.label.charAt(0).toUpperCase() + a.label.slice(1)));
-    for (const a of arms) if (a.arm !== "swarm") cells.push(el("th", "Gain vs " + a.label));
+    for (const a of controls) cells.push(gainHeader(a));
     head.replaceChildren(...cells);
   }
 
@@ -312,7 +325,7 @@
         cell.dataset.arm = arm;
         tr.appendChild(cell);
       }
-      for (const baseline of arms.map((a) => a.arm).filter((arm) => arm !== "swarm")) {
+      for (const { arm: baseline } of controlsShown(arms)) {
         tr.appendChild(gainCell(s.gains ? s.gains[baseline] : null, baseline));
       }
       rows.push(tr);
@@ -331,9 +344,9 @@
   }
 
   function renderWindows(summary, shown) {
-    const controls = (shown || []).filter((a) => a.arm !== "swarm");
+    const controls = controlsShown(shown || []);
     const head = document.querySelector("#windows thead tr");
-    head.replaceChildren(el("th", "Tier"), el("th", "Rounds"), ...controls.map((a) => el("th", "Gain vs " + a.label)));
+    head.replaceChildren(el("th", "Tier"), el("th", "Rounds"), ...controls.map(gainHeader));
     const rows = [];
     for (const tier of state.tiers) {
       for (const w of (summary[tier] && summary[tier].windows) || []) {

@@ -291,6 +291,14 @@ def horizons(grouped: dict) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     return reached, {tier: min(arms.values()) for tier, arms in reached.items()}
 
 
+def reference_control(campaign: Campaign) -> str | None:
+    """The control kind the headline gain is against (ControlsConfig.reference_kind)."""
+    try:
+        return campaign.settings.controls.reference_kind()
+    except ValueError:  # an unreadable stored config
+        return None
+
+
 def arms_shown(campaign: Campaign, grouped: dict) -> list[dict[str, str]]:
     """The arms the page has columns for: the swarm, the campaign's enabled controls, and any
     other arm with data (an older campaign's), in ARMS' order."""
@@ -311,6 +319,7 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
     reached, horizon = horizons(grouped)
     if agent_means is None:
         agent_means, _ = _agent_means(campaign, horizon)
+    reference = reference_control(campaign)
     result: dict[str, Any] = {}
     for tier in tiers_of(campaign, grouped):
         h = horizon.get(tier, 0)
@@ -349,6 +358,9 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
         result[tier] = {
             "horizon": h,
             "arms": arms,
+            # the headline: the swarm's gain over the campaign's reference control
+            "reference": reference,
+            "gain": gains[reference] if reference else None,
             "gain_vs_isolated": gains[Arm.ISOLATED]["value"],
             "gain_vs_filtered": gains[Arm.FILTERED]["value"],
             "gains": gains,
@@ -641,6 +653,7 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
     return {
         "campaign": campaign_info(campaign),
         "arms": arms_shown(campaign, grouped),
+        "reference": reference_control(campaign),
         "settled": by_tier(settled),
         "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
         "summary": summary(campaign, complete, agent_means),

@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from swarm_app.coordinator.models import WorkerToken
+from worker.shared.arms import CONTROL_KINDS
 from worker.shared.campaign import CAMPAIGN_PRESETS, CampaignConfig, ConfigError, ControlsConfig
 from worker.shared.config import GRPOConfig
 from worker.shared.hardware import cpu_host
@@ -34,6 +35,12 @@ from worker.shared.tiers import TIERS
 
 CUSTOM = "custom"
 SEEN_DAYS = 7  # workers seen this recently count as "workers that could run a tier"
+CONTROL_KIND_LABELS = {
+    "isolated": "plain isolated",
+    "filtered": "filtered isolated (sanity arm)",
+    "self": "self-replay",
+    "dyn": "over-generation",
+}
 # Fields a link may prefill on top of a preset (the launch page's arm links: ?num_local=6&num_external=2).
 PREFILL_FIELDS = ("num_local", "num_external")
 PRESET_CHOICES = [("", "none (defaults)")] + [(name, name) for name in CAMPAIGN_PRESETS]
@@ -224,6 +231,14 @@ class CampaignForm(forms.Form):
         "an advantage (DAPO's dynamic sampling): the swarm's informative batch bought with more "
         "generation; the dashboard shows its questions per round beside its reward",
     )
+    controls_reference = forms.ChoiceField(
+        label="Headline control",
+        choices=[("", "automatic: the first control the campaign runs")]
+        + [(kind, CONTROL_KIND_LABELS[kind]) for kind in CONTROL_KINDS],
+        required=False,
+        help_text="the control the dashboard's headline gain is measured against (one the campaign "
+        "runs); the gain over every other control is shown beside it",
+    )
     control_seeds = forms.IntegerField(
         label="Control seeds per tier and arm",
         min_value=0,
@@ -330,6 +345,7 @@ class CampaignForm(forms.Form):
             "controls_filtered": config.controls.filtered,
             "controls_self_replay": config.controls.self_replay,
             "controls_over_generation": config.controls.over_generation,
+            "controls_reference": config.controls.reference,
             "control_seeds": config.controls.seeds,
             "learning_rate": config.grpo.get("learning_rate"),
             "eps_low": grpo["eps_low"],
@@ -473,6 +489,7 @@ class CampaignForm(forms.Form):
                 self_replay=data["controls_self_replay"],
                 over_generation=data["controls_over_generation"],
                 self_window=base.controls.self_window,
+                reference=data["controls_reference"],
             ),
         }
         try:
@@ -486,6 +503,8 @@ class CampaignForm(forms.Form):
         if error.field == "tasks":
             return "custom_tasks" if self.cleaned_data.get("task_preset") == CUSTOM else "task_preset"
         if error.field == "controls":
+            if "reference" in error.message:
+                return "controls_reference"
             return "controls_self_replay" if "self-replay" in error.message else "control_seeds"
         if error.field == "grpo":
             for field in ("eps_low", "eps_high", "num_iterations", "temperature", "learning_rate"):

@@ -32,6 +32,7 @@ def form_data(**overrides) -> dict:
         "seed": "0",
         "controls_isolated": "on",
         "controls_filtered": "on",
+        "controls_reference": "",
         "control_seeds": "1",
         "learning_rate": "",
         "eps_low": "0.2",

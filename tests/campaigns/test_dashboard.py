@@ -232,6 +232,7 @@ def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
     )
     tier = dashboard.dashboard_payload(campaign)["summary"]["tiny-1m"]
     assert tier["horizon"] == 30
+    assert tier["reference"] == "isolated" and tier["gain"] == tier["gains"]["isolated"]  # the headline
     for arm in ("swarm", "isolated"):
         row = tier["arms"][arm]
         assert row["low"] <= row["cumulative"] <= row["high"], (arm, row)

@@ -292,7 +292,8 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
 def test_the_form_offers_every_control_kind_and_sapo_table_turns_on_the_falsifiers(staff):
     """Plain, filtered (labelled a sanity arm), self-replay and over-generation controls, each
     with help saying what it controls for; the sapo-table preset turns on the two that can tell
-    sharing from curation and reuse, cpu-demo keeps its plain and filtered controls only."""
+    sharing from curation and reuse; cpu-demo runs plain and self-replay (same cost, the
+    headline's reference), not the filtered sanity arm (issue #26)."""
     response = staff.get(reverse("campaign-new") + "?preset=sapo-table")
     form, page = response.context["form"], response.content.decode()
     for field in (
@@ -306,8 +307,26 @@ def test_the_form_offers_every_control_kind_and_sapo_table_turns_on_the_falsifie
     assert "reuse" in form.fields["controls_self_replay"].help_text
     assert "more generation" in form.fields["controls_over_generation"].help_text
     assert form.initial["controls_self_replay"] and form.initial["controls_over_generation"]
+    assert form.initial["controls_reference"] == "isolated"  # sapo-table: the paper's 8/0
     demo = staff.get(reverse("campaign-new") + "?preset=cpu-demo").context["form"].initial
-    assert not demo["controls_self_replay"] and not demo["controls_over_generation"]
+    assert demo["controls_isolated"] and demo["controls_self_replay"]
+    assert not demo["controls_filtered"] and not demo["controls_over_generation"]
+    assert demo["controls_reference"] == "self"
+
+
+def test_the_headline_control_must_be_one_the_campaign_runs(staff):
+    """The reference control (the dashboard's headline gain) is chosen in the form; one the
+    campaign does not run is refused next to the field, and nothing is stored."""
+    response = staff.post(
+        reverse("campaign-new"), form_data(controls_filtered=None, controls_reference="filtered")
+    )
+    assert response.status_code == 200 and not Campaign.objects.exists()
+    assert any("must be one the campaign runs" in e for e in field_errors(response, "controls_reference"))
+    response = staff.post(
+        reverse("campaign-new"), form_data(controls_self_replay="on", controls_reference="self")
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    assert Campaign.objects.get().settings.controls.reference_kind() == "self"
 
 
 def test_the_organizer_chooses_self_replay_and_over_generation(staff):

@@ -199,14 +199,14 @@ def test_launch_queues_every_enabled_control_kind(db):
 
 
 def test_control_arms_follow_the_campaign_and_default_off():
-    """The new kinds are off unless chosen (existing campaigns and cpu-demo are unchanged),
-    sapo-table turns them on; each kind's agent runs worker.shared.arms.control_arm's arm,
+    """The new kinds are off unless chosen (existing campaigns are unchanged), cpu-demo runs
+    plain and self-replay (issue #26), sapo-table turns them all on; each kind's agent runs worker.shared.arms.control_arm's arm,
     the self-replay window being the pool's share of one of 8 agents (at least 8 groups)."""
     from worker.shared.arms import control_arm, sharing_arm
     from worker.shared.campaign import CampaignConfig, ConfigError, cpu_demo_config, sapo_table_config
 
     assert CampaignConfig().control_kinds() == ["isolated", "filtered"]
-    assert cpu_demo_config().control_kinds() == ["isolated", "filtered"]
+    assert cpu_demo_config().control_kinds() == ["isolated", "self"]
     assert sapo_table_config().control_kinds() == ["isolated", "filtered", "self", "dyn"]
     config = CampaignConfig(num_local=4, num_external=4, pool_window=256)
     assert config.self_window() == 32
@@ -224,3 +224,16 @@ def test_control_arms_follow_the_campaign_and_default_off():
         CampaignConfig(num_external=0, controls=ControlsConfig(self_replay=True)).validate()
     with pytest.raises(ConfigError, match="self-replay window"):
         CampaignConfig(controls=ControlsConfig(self_window=-1)).validate()
+    # The headline's reference: one the campaign runs, or automatic (""): the first it runs.
+    assert cpu_demo_config().controls.reference_kind() == "self"
+    assert sapo_table_config().controls.reference_kind() == "isolated"
+    with pytest.raises(ConfigError, match="must be one the campaign runs"):
+        CampaignConfig(controls=ControlsConfig(reference="dyn")).validate()
+    with pytest.raises(ConfigError, match="reference control is one of"):
+        CampaignConfig(controls=ControlsConfig(reference="other")).validate()
+    assert ControlsConfig(isolated=False, self_replay=True).reference_kind() == "filtered"
+    assert (
+        CampaignConfig(controls=ControlsConfig(isolated=False)).validate().controls.reference_kind()
+        == "filtered"
+    )
+    assert ControlsConfig(seeds=0).reference_kind() is None

@@ -132,7 +132,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
     }.items():
         page.fill(f"#id_{field}", value)
     page.uncheck("#id_controls_isolated")
-    page.uncheck("#id_controls_filtered")
+    page.uncheck("#id_controls_self_replay")
     assert page.is_checked("#id_launch_now")  # the demo preset launches at once
     page.click("button.primary[type=submit]")
     page.wait_for_url("**/campaigns/*/")
@@ -317,7 +317,7 @@ def test_the_site_as_an_organizer_meets_it(site, page):
     page.fill("#id_name", "edited tasks")
     page.uncheck("input[name=tiers][value=tiny-5m]")
     page.uncheck("#id_controls_isolated")
-    page.uncheck("#id_controls_filtered")
+    page.uncheck("#id_controls_self_replay")
     page.click("button.primary[type=submit]")
     page.wait_for_url("**/campaigns/*/")
     campaign = Campaign.objects.get(name="edited tasks")
@@ -555,6 +555,10 @@ def check_summary(page) -> None:
     # over it, and what it trained on: J groups of its own, none from another agent.
     headers = page.locator("#summary thead th").all_inner_texts()
     assert "Self-replay" in headers and "Gain vs self-replay" in headers, headers
+    # The headline first: the gain over the campaign's reference control (isolated by default).
+    assert next(h for h in headers if h.startswith("Gain vs")) == "Gain vs isolated (J = 0) (headline)", (
+        headers
+    )
     assert re.search(r"^4\.75 " + INTERVAL + " n=2$", summary_cell(page, "tiny-1m", "td[data-arm=self]"))
     gain = summary_cell(page, "tiny-1m", "td[data-gain=self]")
     assert re.search(r"^\+17\.9 % " + INTERVAL + " n=4 vs 2$", gain), gain

@@ -83,7 +83,8 @@ def test_demo_runs_a_campaign_to_completion_serves_it_and_cleans_up(tiny_1m_dir,
     assert "building tiny-1m" not in stdout and not rebuilt, f"tiny-1m built again by {rebuilt}"
 
     arms = set(RoundMetrics.objects.filter(campaign=campaign).values_list("arm", flat=True))
-    assert arms == {"swarm", "isolated", "filtered"}
+    assert arms == {"swarm", "isolated", "self"}  # the strongest control, not the filtered sanity arm
+    assert "self r1" in stdout  # the status line shows the self-replay arm too
     swarm = RoundMetrics.objects.filter(campaign=campaign, arm="swarm")
     assert swarm.count() == 2 * 2  # 1 process x 2 nodes x 2 rounds
     assert any(m["external_fraction"] > 0 for m in swarm.values_list("metrics", flat=True))

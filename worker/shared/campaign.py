@@ -66,6 +66,9 @@ class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
     # (I + J)/0-dyn: over-generation until I + J informative groups, at most 2 (I + J) questions
     over_generation: bool = False
     self_window: int = 0  # groups; 0: max(MIN_SELF_WINDOW, pool_window // SELF_WINDOW_AGENTS)
+    # The control the dashboard's headline gain is against (one of CONTROL_KINDS, run by the
+    # campaign; "": the first the campaign runs); every other control's gain is beside it.
+    reference: str = ""
 
     def enabled(self) -> dict[str, bool]:
         """{control kind: on} in worker.shared.arms.CONTROL_KINDS order."""
@@ -76,6 +79,14 @@ class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
             "dyn": self.over_generation,
         }
         return {kind: flags[kind] for kind in CONTROL_KINDS}
+
+    def reference_kind(self) -> str | None:
+        """The headline's control: ``reference`` when the campaign runs it, else the first it
+        runs (``reference`` left automatic), None without controls."""
+        running = [kind for kind, on in self.enabled().items() if on] if self.seeds >= 1 else []
+        if self.reference in running:
+            return self.reference
+        return running[0] if running else None
 
 
 class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -284,6 +295,15 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                     f"the decay rule ends at I + J = {self.num_local + self.num_external} own groups: "
                     f"more than the {self.questions_per_round} questions per round",
                 )
+        if self.controls.reference not in ("", *CONTROL_KINDS):
+            raise ConfigError(
+                "controls", f"the reference control is one of {', '.join(CONTROL_KINDS)} or '' (automatic)"
+            )
+        running = self.control_kinds()  # none: nothing to be the headline's reference
+        if self.controls.reference and running and self.controls.reference not in running:
+            raise ConfigError(
+                "controls", f"the reference control ({self.controls.reference}) must be one the campaign runs"
+            )
         if not 5 <= self.lease_seconds <= 86_400:
             raise ConfigError("lease_seconds", "must be between 5 s and one day")
         if self.ban_threshold < 1:
@@ -316,8 +336,8 @@ def _config_error(error: msgspec.ValidationError | msgspec.DecodeError) -> Confi
 
 def cpu_demo_config(**overrides: Any) -> CampaignConfig:
     """The `cpu-demo` preset: two CPU tiers that learn visibly within minutes on 2 cores, each a
-    swarm sharing within its tier beside 3 seeds of each isolated control (measured timing:
-    README.md)."""
+    swarm sharing within its tier beside 3 seeds of plain isolated and of self-replay, the
+    reference (measured timing: README.md)."""
     base = CampaignConfig(
         tiers=["tiny-1m", "tiny-5m"],
         group_size=8,
@@ -327,7 +347,10 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
         rounds=40,
         max_new_tokens=16,
         grpo={"num_iterations": 2},
-        controls=ControlsConfig(seeds=3),
+        # Plain isolated and self-replay (issue #26): self-replay costs what isolated costs and
+        # is the control that can falsify "sharing" (same curation, batch and staleness, no
+        # other agent): the headline's reference. The filtered sanity arm stays in the form.
+        controls=ControlsConfig(seeds=3, filtered=False, self_replay=True, reference="self"),
         # Per model size: swarm vs isolated compares like with like, and a tier's swarm trains
         # on its own tier's rollouts (tiny-1m's would dominate tiny-5m's pool: it runs faster).
         pool_within_tier=True,
@@ -347,8 +370,8 @@ def sapo_table_config(**overrides: Any) -> CampaignConfig:
         rounds=2000,
         max_new_tokens=256,
         # The falsifier's controls (issue #18): 4/4-self and 8/0-dyn beside 8/0 (and the
-        # 8/0-filtered sanity arm).
-        controls=ControlsConfig(self_replay=True, over_generation=True),
+        # 8/0-filtered sanity arm); the headline is against 8/0, the paper's comparison.
+        controls=ControlsConfig(self_replay=True, over_generation=True, reference="isolated"),
     )
     return CampaignConfig.from_json({**base.to_json(), **overrides})
 
