@@ -3,9 +3,8 @@
 Validation happens in three layers, each reporting next to the field it is about:
 
 1. the form fields' own bounds (G >= 2, a positive temperature, ...);
-2. checks only the web side can make: custom task lines, I + J versus the questions per round
-   when controls run, and model tiers no worker can run (this machine, for local workers; the
-   workers seen lately, otherwise);
+2. checks only the web side can make: custom task lines, and model tiers no worker can run
+   (this machine, for local workers; the workers seen lately, otherwise);
 3. ``CampaignConfig.validate()``, the same validation the coordinator applies everywhere,
    whose ``ConfigError.field`` is mapped back to a form field.
 """
@@ -42,7 +41,20 @@ CONTROL_KIND_LABELS = {
     "dyn": "over-generation",
 }
 # Fields a link may prefill on top of a preset (the launch page's arm links: ?num_local=6&num_external=2).
-PREFILL_FIELDS = ("num_local", "num_external")
+PREFILL_FIELDS = (
+    "num_local",
+    "num_external",
+    "questions_per_round",
+    "batch_rule",
+    "decay_rounds",
+    "external_is_correction",
+    "controls_self_replay",
+)
+BATCH_RULE_CHOICES = [
+    ("fixed", "fixed: I own + J external groups"),
+    ("backfill", "backfill: every informative own group, then external ones up to B"),
+    ("decay", "decay: J falls to 0 over the decay rounds, own groups take its slots"),
+]
 PRESET_CHOICES = [("", "none (defaults)")] + [(name, name) for name in CAMPAIGN_PRESETS]
 STRATEGY_CHOICES = [(name, name.replace("_", " ")) for name in STRATEGIES]
 TIER_CHOICES = [
@@ -181,6 +193,21 @@ class CampaignForm(forms.Form):
         max_value=64,
         help_text="question groups drawn from the pool (other nodes' rollouts) a node trains on per "
         "round; J = 0 is isolated training. I + J is at least 1",
+    )
+    batch_rule = forms.ChoiceField(
+        label="Batch rule",
+        choices=BATCH_RULE_CHOICES,
+        help_text="how a node assembles its round's batch (worker/shared/arms.py): fixed is the "
+        "paper's I/J; backfill (SAPO as backfill) trains on every informative own group and fills "
+        "the batch up to B with informative external ones, at most J (set I = J = B); decay "
+        "starts at I/J and moves J's slots to own groups over the decay rounds",
+    )
+    decay_rounds = forms.IntegerField(
+        label="Decay rounds",
+        min_value=1,
+        max_value=100_000,
+        help_text="for the decay rule: rounds over which J falls linearly to 0 (J_r = round(J · "
+        "max(0, 1 − r / decay rounds))); ignored by the other rules",
     )
     local_strategy = forms.ChoiceField(
         label="Sampling of own rollouts",
@@ -339,6 +366,8 @@ class CampaignForm(forms.Form):
             "num_external": config.num_external,
             "local_strategy": config.local_strategy,
             "external_strategy": config.external_strategy,
+            "batch_rule": config.batch_rule,
+            "decay_rounds": config.decay_rounds,
             "rounds": config.rounds,
             "seed": config.seed,
             "controls_isolated": config.controls.isolated,
@@ -407,20 +436,6 @@ class CampaignForm(forms.Form):
                 ("num_local", f"I cannot exceed the {data['questions_per_round']} questions per round")
             )
         seeds = data.get("control_seeds")
-        # Plain and filtered controls train on I + J of the round's own groups (over-generation
-        # may generate past the round's questions; self-replay trains on I of them).
-        controls = (data.get("controls_isolated") or data.get("controls_filtered")) and seeds
-        if controls and have("num_local", "num_external", "questions_per_round"):
-            batch = data["num_local"] + data["num_external"]
-            if batch > data["questions_per_round"]:
-                errors.append(
-                    (
-                        "num_external",
-                        f"the plain and filtered isolated controls train on I + J = {batch} of their "
-                        f"own rollouts, but a round has {data['questions_per_round']} questions: lower "
-                        "I + J, raise the questions per round, or turn those controls off",
-                    )
-                )
         if data.get("controls_self_replay") and seeds and have("num_external") and data["num_external"] < 1:
             errors.append(
                 (
@@ -478,6 +493,8 @@ class CampaignForm(forms.Form):
             "num_external": data["num_external"],
             "local_strategy": data["local_strategy"],
             "external_strategy": data["external_strategy"],
+            "batch_rule": data["batch_rule"],
+            "decay_rounds": data["decay_rounds"],
             "rounds": data["rounds"],
             "seed": data["seed"],
             "max_new_tokens": data["max_new_tokens"],

@@ -33,6 +33,8 @@ def form_data(**overrides) -> dict:
         "controls_isolated": "on",
         "controls_filtered": "on",
         "controls_reference": "",
+        "batch_rule": "fixed",
+        "decay_rounds": "30",
         "control_seeds": "1",
         "learning_rate": "",
         "eps_low": "0.2",

@@ -140,7 +140,10 @@ INVALID = [
     ({"group_size": "1"}, "group_size", "greater than or equal to 2"),
     ({"questions_per_round": "65"}, "questions_per_round", "less than or equal to 64"),
     ({"num_local": "5"}, "num_local", "cannot exceed"),
-    ({"num_external": "3"}, "num_external", "I + J = 5"),
+    ({"num_external": "3", "batch_rule": "decay"}, "num_external", "decay rule ends at I + J = 5"),
+    ({"batch_rule": "backfill", "local_strategy": "uniform"}, "local_strategy", "backfill fills"),
+    ({"batch_rule": "sideways"}, "batch_rule", "valid choice"),
+    ({"decay_rounds": "0"}, "decay_rounds", "greater than or equal to 1"),
     ({"local_strategy": "best"}, "local_strategy", "valid choice"),
     ({"rounds": "0"}, "rounds", "greater than or equal to 1"),
     ({"control_seeds": "17"}, "control_seeds", "less than or equal to 16"),
@@ -370,3 +373,50 @@ def test_self_replay_without_j_is_refused_next_to_its_checkbox(staff):
     page = response.content.decode()
     start = page.index('id="field-controls_self_replay"')
     assert "errorlist" in page[start : page.index("</div>\n", page.index("errorlist", start)) + 1]
+
+
+def launch_from_link(staff, query: str, **changes) -> object:
+    """GET the form from one of the page's arm links, POST what it shows (tiny-1m instead of the
+    preset's GPU tier), and return the response."""
+    initial = staff.get(reverse("campaign-new") + "?" + query).context["form"].initial
+    post = {key: value for key, value in initial.items() if value is not None and value is not False}
+    post.update({key: "on" for key, value in initial.items() if value is True})
+    post.update({"tiers": ["tiny-1m"], "allow_unseen_tiers": "on", "name": query, **changes})
+    return staff.post(reverse("campaign-new"), {k: v for k, v in post.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    ("query", "arm", "questions", "isolated"),
+    [
+        ("preset=sapo-table&questions_per_round=4", "4/4@B4", 4, (8, 8)),  # the paper's semantics
+        (
+            "preset=sapo-table&batch_rule=backfill&num_local=8&num_external=8&controls_self_replay=false",
+            "backfill",
+            8,
+            (8, 8),
+        ),
+        ("preset=sapo-table&batch_rule=decay&decay_rounds=30", "4/4-decay", 8, (8, 8)),
+        ("preset=sapo-table&external_is_correction=true", "4/4-is", 8, (8, 8)),
+    ],
+)
+def test_the_study_arms_links_launch_campaigns_of_those_arms(staff, query, arm, questions, isolated):
+    """Issue #29's arms as campaign settings: each link on the form makes a campaign whose swarm
+    runs that arm; its plain control is the paper's 8/0 (8 questions generated, 8 trained on),
+    also where the swarm generates only 4."""
+    response = launch_from_link(staff, query)
+    assert response.status_code == 302, response.context["form"].errors
+    config = Campaign.objects.get(name=query).settings
+    assert config.swarm_arm().name == arm and config.questions_per_round == questions
+    control = config.control_agent_config("tiny-1m", 0, "isolated")
+    assert (control.questions_per_round, control.num_local, control.num_external) == (*isolated, 0)
+
+
+def test_batch_rules_that_cannot_run_are_refused_next_to_their_field(staff):
+    response = launch_from_link(staff, "preset=sapo-table&batch_rule=backfill&num_local=8&num_external=8")
+    assert response.status_code == 200 and not Campaign.objects.exists()
+    assert any("backfill" in e for e in field_errors(response, "controls_self_replay"))
+    response = launch_from_link(
+        staff, "preset=sapo-table&batch_rule=decay", num_local="6", controls_self_replay=None
+    )
+    assert response.status_code == 200 and not Campaign.objects.exists()
+    assert any("decay rule ends at I + J = 10" in e for e in field_errors(response, "num_external"))

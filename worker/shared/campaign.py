@@ -176,9 +176,14 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         swarm = sharing_arm(self.num_local, self.num_external)
         if self.batch_rule == "backfill":
             swarm = self.swarm_arm()
-        return control_arm(
+        arm = control_arm(
             kind, swarm, self_window=self.self_window(), questions_per_round=self.questions_per_round
         )
+        if kind in ("isolated", "filtered") and arm.num_local > self.questions_per_round:
+            # A swarm generating fewer than I + J (4/4@B4: the paper's reference semantics) is
+            # compared with the paper's 8/0, which generates the I + J groups it trains on.
+            arm = replace(arm, questions_per_round=arm.num_local)
+        return arm
 
     def control_agent_config(self, tier_name: str, seed: int, kind: str) -> AgentConfig:
         """A control's AgentConfig: the campaign's settings with the arm's I, J, strategies,
