@@ -11,7 +11,9 @@ socket closed with 1011, and a hello's ``group_add`` raised ``internal_error``. 
   layer spec allows: every push has a database fallback, see coordinator/groups.py).
 * ``group_add`` and ``group_discard`` never raise: a failed one is logged (once per outage) and
   remembered. Memberships are kept in memory too, and when Redis answers again every live
-  membership of this process is added again (a restarted Redis has lost them all).
+  membership of this process is added again (a restarted Redis has lost them all) and every
+  discard Redis has not taken is made (else a closed socket stays a member). A connection error
+  is retried once at once first: a pooled connection fails once after a Redis restart.
 * At most ``max_concurrent`` Redis operations of this process run at once (the rest queue), so
   a mass disconnect or a reconnect storm never asks the connection pool for more connections
   than it holds (channels-redis on redis-py 8 raised MaxConnectionsError past its 100, in the
@@ -43,6 +45,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
         self.max_concurrent = max_concurrent
         self.retry_seconds = retry_seconds
         self.memberships: dict[str, set[str]] = defaultdict(set)  # group -> channels of this process
+        self.pending_discards: set[tuple[str, str]] = set()  # (group, channel) Redis has not taken
         self.down = False  # an operation failed and Redis has not answered since
         self._limit: asyncio.Semaphore | None = None
         self._limit_loop: asyncio.AbstractEventLoop | None = None
@@ -61,16 +64,28 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
         if self._repair is None or self._repair.done():
             self._repair = asyncio.ensure_future(self._repair_when_back())
 
-    async def _repair_when_back(self) -> None:
-        """Ping until Redis answers, then add every live membership of this process again.
+    async def _call(self, what: str, operation: Any, *args: Any) -> Any:
+        """One Redis operation, tried once more at once on a connection error: a connection
+        pooled before a Redis restart fails on its next use ("Connection closed by server"),
+        then the pool connects afresh (CI saw a worker's last group_discard lost that way). The
+        failure still counts as an outage, so the repair runs: a restarted Redis lost every
+        membership."""
+        try:
+            async with self._semaphore():
+                return await operation(*args)
+        except OUTAGE_ERRORS as error:
+            self._outage(what, error)
+        async with self._semaphore():
+            return await operation(*args)
 
-        A socket may close while this runs; its discard is only local (the layer is still
-        down), so whatever was added again and has been left meanwhile is discarded from Redis
-        before the layer counts as up (the last check and ``down = False`` share one step of the
-        event loop: no discard can fall between them)."""
+    async def _repair_when_back(self) -> None:
+        """Ping until Redis answers, add every live membership of this process again, and
+        discard what was left while Redis was away (a Redis that only lost the connection, not
+        its data, still holds those members; one that restarted holds what this loop re-added
+        before the socket closed). The last check of pending discards and ``down = False``
+        share one step of the event loop: no discard can fall between them."""
         while True:
             await asyncio.sleep(self.retry_seconds)
-            added: set[tuple[str, str]] = set()
             try:
                 async with self._semaphore():
                     await self.connection(0).ping()
@@ -79,12 +94,12 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
                         if channel in self.memberships.get(group, ()):
                             async with self._semaphore():
                                 await super().group_add(group, channel)
-                            added.add((group, channel))
-                while left := {(g, c) for g, c in added if c not in self.memberships.get(g, ())}:
-                    for group, channel in left:
-                        async with self._semaphore():
-                            await super().group_discard(group, channel)
-                    added -= left
+                while self.pending_discards:
+                    for group, channel in list(self.pending_discards):
+                        if channel not in self.memberships.get(group, ()):
+                            async with self._semaphore():
+                                await super().group_discard(group, channel)
+                        self.pending_discards.discard((group, channel))
             except OUTAGE_ERRORS:
                 continue
             self.down = False
@@ -108,8 +123,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
         if self.down:  # do not wait on a Redis known to be away: the repair adds it
             return
         try:
-            async with self._semaphore():
-                await super().group_add(group, channel)
+            await self._call("group_add", super().group_add, group, channel)
         except OUTAGE_ERRORS as error:
             self._outage("group_add", error)  # restored by the repair
 
@@ -119,14 +133,15 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
             members.discard(channel)
             if not members:
                 del self.memberships[group]
-        if self.down:
+        self.pending_discards.add((group, channel))  # until Redis has taken it
+        if self.down:  # the repair discards it
             return
         try:
-            async with self._semaphore():
-                await super().group_discard(group, channel)
+            await self._call("group_discard", super().group_discard, group, channel)
         except OUTAGE_ERRORS as error:
-            # The stale entry expires with the group (group_expiry); a push to it is dropped.
             self._outage("group_discard", error)
+            return
+        self.pending_discards.discard((group, channel))
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         if self.down:  # fail fast (callers treat pushes as best effort) rather than wait to connect

@@ -168,3 +168,41 @@ def test_a_membership_left_while_redis_was_being_repaired_does_not_come_back(tmp
             kill(redis)
     assert down_while_leaving  # else the test did not exercise the race
     assert left_in_redis == 0 and layer.membership_count == 0
+
+
+def test_discards_reach_a_redis_that_dropped_the_connections_but_kept_its_data(tmp_path):
+    """Redis drops every client connection but keeps its data (a network blip; after a restart
+    the same holds for what the repair added again). The pooled connection fails once on its
+    next use: CI saw a worker's last group_discard lost that way, leaving the closed socket a
+    member. The discard is retried at once; one made while the layer counts as down is made by
+    the repair."""
+    from swarm_app.core.redis_layer import ResilientRedisChannelLayer
+    from tests.servers import free_port, kill, redis_cli, start_redis
+
+    port = free_port()
+    redis = start_redis(port, tmp_path / "redis.log")
+    layer = ResilientRedisChannelLayer(
+        hosts=[{"address": f"redis://127.0.0.1:{port}", "socket_connect_timeout": 0.5}], retry_seconds=0.5
+    )
+
+    async def scenario() -> tuple[bool, list[str]]:
+        key = layer._group_key("g-blip")
+        await layer.group_add("g-blip", "specific.x!a")
+        await layer.group_add("g-blip", "specific.x!b")
+        assert redis_cli(port, "client", "kill", "type", "normal") == ["1"]  # the layer's one
+        await layer.group_discard("g-blip", "specific.x!b")  # stale connection: fails once
+        down_after_blip = layer.down  # the lost connection counts as an outage (repair pending)
+        await layer.group_discard("g-blip", "specific.x!a")  # while down: only the repair can
+        for _ in range(500):
+            if not layer.down:
+                break
+            await asyncio.sleep(0.01)
+        members = await layer.connection(0).zrange(key, 0, -1)
+        return down_after_blip, sorted(m.decode() for m in members)
+
+    try:
+        down_after_blip, members = asyncio.run(scenario())
+    finally:
+        kill(redis)
+    assert down_after_blip
+    assert members == [] and layer.membership_count == 0 and not layer.pending_discards
