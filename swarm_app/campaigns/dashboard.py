@@ -58,6 +58,11 @@ MECHANISM_LABELS = {
     "batch/external_from_others": "J groups from other agents",
     "batch/external_age": "age of the J groups (rounds)",
     "grad_norm_clipped": "steps clipped (share)",
+    "generation/completions": "completions generated / round",
+    "generation/tokens": "tokens generated / round",
+    "train/completions": "completions trained on / round",
+    "train/tokens": "tokens trained on / round",
+    "batch/external_requested": "external groups asked of the pool",
 }
 BAND = (
     "mean ± 1 std across agents (workers for the swarm, seeds for the controls); "

@@ -64,6 +64,12 @@ MECHANISM_KEYS = (
     "batch/external_from_others",
     "batch/external_age",
     "grad_norm_clipped",
+    # compute (issue #29): what a round cost to generate and to train on
+    "generation/completions",
+    "generation/tokens",
+    "train/completions",
+    "train/tokens",
+    "batch/external_requested",
 )
 # SQL aliases of the keys (annotate() takes identifiers, the keys have slashes)
 _ALIASES = {key: f"mech_{index}" for index, key in enumerate(MECHANISM_KEYS)}

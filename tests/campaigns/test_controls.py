@@ -293,3 +293,15 @@ def test_self_replay_and_over_generation_controls_run_on_celery(transactional_db
         assert dyn["batch/local_used"] <= batch
     # this seed's first B questions hold fewer than I + J informative groups: it over-generated
     assert any(rows[("dyn", r)]["generation/questions"] > config.questions_per_round for r in range(rounds))
+    # Compute on the page (issue #29 item 3): what each arm generated and trained on, per round
+    # and agent, from the rollups, with its n; over-generation paid in completions.
+    from swarm_app.campaigns import dashboard
+
+    mechanism = dashboard.dashboard_payload(campaign)["mechanism"]["tiny-1m"]["arms"]
+    for arm in ("self", "dyn"):
+        assert mechanism[arm]["generation/completions"]["agents"] == 1
+        assert mechanism[arm]["train/tokens"]["mean"] > 0
+    assert (
+        mechanism["dyn"]["generation/completions"]["mean"]
+        > mechanism["self"]["generation/completions"]["mean"]
+    )
