@@ -29,6 +29,7 @@
 
   const state = {
     step: 1,
+    xAxis: "round", // or "completions": the charts' x axis (the toggle above the charts)
     maxPoints: 500,
     tiers: [],
     series: {}, // tier -> arm -> {rows: [{round, mean, std, agents, cumulative}], base: n}
@@ -80,8 +81,12 @@
     for (const [tier, arms] of Object.entries(series)) {
       state.series[tier] = {};
       for (const [arm, s] of Object.entries(arms)) {
+        const done = s.completions || [];
         const rows = s.round.map((r, i) => ({
           round: r, mean: s.mean[i], std: s.std[i], agents: s.agents[i], cumulative: s.cumulative[i],
+          // completions generated per agent up to this round (the compute axis), and in it
+          completions: done[i] === undefined ? null : done[i],
+          generated: done[i] === null || done[i] === undefined ? null : done[i] - (i > 0 ? done[i - 1] : 0),
         }));
         // Downsampled points keep the server's cumulative values; finer ones are summed here.
         state.series[tier][arm] = { rows: rows, base: step > 1 ? rows.length : 0 };
@@ -96,13 +101,19 @@
     if (entry.base > 0 && p.round <= rows[entry.base - 1].round) return false; // inside a downsampled bucket
     let i = rows.length;
     while (i > 0 && rows[i - 1].round > p.round) i--;
-    const row = { round: p.round, mean: p.mean, std: p.std, agents: p.agents, cumulative: null };
+    const generated = p.completions === undefined ? null : p.completions;
+    const row = {
+      round: p.round, mean: p.mean, std: p.std, agents: p.agents, cumulative: null, completions: null, generated: generated,
+    };
     if (i > 0 && rows[i - 1].round === p.round) rows[i - 1] = row;
     else rows.splice(i, 0, row);
     let running = entry.base > 0 ? rows[entry.base - 1].cumulative : 0;
+    let compute = entry.base > 0 ? rows[entry.base - 1].completions : 0;
     for (let j = entry.base; j < rows.length; j++) {
       running += rows[j].mean;
       rows[j].cumulative = running;
+      compute = compute === null || rows[j].generated === null ? null : compute + rows[j].generated;
+      rows[j].completions = compute;
     }
     return true;
   }
@@ -124,6 +135,7 @@
   }
 
   function ensurePanels() {
+    ensureAxisToggle();
     const container = document.getElementById("tiers");
     for (const tier of state.tiers) {
       if (document.getElementById("reward-" + slug(tier))) continue;
@@ -174,6 +186,29 @@
       (single.length ? "; no band for " + single.join(", ") + ": one agent" : "") + ")";
   }
 
+  // The charts' x axis: the round, or the compute spent so far (completions generated per
+  // agent: over-generation's reward bought with more generation shows as a curve shifted right).
+  function xOf(r) {
+    return state.xAxis === "round" ? r.round : r.completions;
+  }
+  function xName() {
+    return state.xAxis === "round" ? "round" : "completions generated per agent";
+  }
+  function ensureAxisToggle() {
+    if (document.getElementById("x-axis")) return;
+    const label = el("label", "x axis: ", "axis-toggle");
+    const select = el("select");
+    select.id = "x-axis";
+    select.append(new Option("round", "round"), new Option("completions generated per agent", "completions"));
+    select.addEventListener("change", () => {
+      state.xAxis = select.value;
+      drawAll();
+    });
+    label.appendChild(select);
+    const tiers = document.getElementById("tiers");
+    tiers.parentNode.insertBefore(label, tiers);
+  }
+
   // Rounds 0..S-1 of an arm have been reported by all its live agents (the server's `settled`,
   // refreshed with every tables message); a newer round is the mean of the agents ahead only.
   function settledRounds(tier, arm) {
@@ -190,9 +225,10 @@
       const entry = arms[arm];
       if (!entry || entry.rows.length === 0) continue;
       const settled = settledRounds(tier, arm);
-      const rows = entry.rows.filter((r) => r.round < settled);
-      const newest = entry.rows.filter((r) => r.round >= settled);
-      const x = rows.map((r) => r.round);
+      const shown = entry.rows.filter((r) => xOf(r) !== null); // on the compute axis: reported it
+      const rows = shown.filter((r) => r.round < settled);
+      const newest = shown.filter((r) => r.round >= settled);
+      const x = rows.map(xOf);
       const n = armAgents(entry);
       counts.push({ label: LABELS[arm], n: n });
       if (n >= 2) {
@@ -210,17 +246,17 @@
         name: LABELS[arm] + (n >= 2 ? " (n=" + n + ", band ±1 std)" : " (n=" + n + ", no band)"),
         legendgroup: arm, line: { color: COLORS[arm], width: 2 },
         customdata: rows.map((r) => r.agents),
-        hovertemplate: "round %{x}<br>mean %{y:.3f}<br>agents %{customdata}<extra>" + LABELS[arm] + "</extra>",
+        hovertemplate: xName() + " %{x}<br>mean %{y:.3f}<br>agents %{customdata}<extra>" + LABELS[arm] + "</extra>",
         meta: { arm: arm },
       });
       if (newest.length) {
         // Open markers, no line, out of the cumulative curve: not yet comparable with the rest.
         rewardTraces.push({
-          x: newest.map((r) => r.round), y: newest.map((r) => r.mean), mode: "markers",
+          x: newest.map(xOf), y: newest.map((r) => r.mean), mode: "markers",
           name: LABELS[arm] + ": newest rounds, not all agents yet",
           legendgroup: arm, marker: { color: COLORS[arm], symbol: "circle-open", size: 8 },
           customdata: newest.map((r) => r.agents),
-          hovertemplate: "round %{x}<br>mean %{y:.3f}<br>only %{customdata} of " + n +
+          hovertemplate: xName() + " %{x}<br>mean %{y:.3f}<br>only %{customdata} of " + n +
             " agents so far<extra>" + LABELS[arm] + "</extra>",
           meta: { arm: arm, pending: true },
         });
@@ -231,7 +267,7 @@
       });
     }
     for (const [agent, s] of Object.entries(state.agents)) {
-      if (s.tier !== tier) continue;
+      if (s.tier !== tier || state.xAxis !== "round") continue; // a worker's own curve: by round
       rewardTraces.push({
         x: s.round, y: s.reward, mode: "lines", name: s.label, line: { width: 1, dash: "dot" }, opacity: 0.8,
         meta: { agent: agent },
@@ -239,7 +275,7 @@
     }
     const layout = (y) => ({
       margin: { l: 50, r: 10, t: 10, b: 40 },
-      xaxis: { title: { text: "round" } },
+      xaxis: { title: { text: xName() } },
       yaxis: { title: { text: y } },
       legend: LEGEND,
       showlegend: true, // also for one line: the legend says which arm it is

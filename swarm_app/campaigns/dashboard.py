@@ -32,7 +32,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Avg, Count, Max, Q
+from django.db.models import Avg, Count, FloatField, Max, Q
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_between, refresh_rollups
@@ -71,6 +73,8 @@ BAND = (
 # Shown instead of an interval computed from fewer than 2 agents (a point is not an interval).
 NO_INTERVAL = "no interval (1 node)"
 GIB = 1024**3
+# A round's mean over agents of the completions each generated (the chart's compute axis).
+GENERATED_COMPLETIONS = Cast(KT("metric_means__generation/completions"), FloatField())
 
 
 # --- statistics --------------------------------------------------------------------------------
@@ -96,17 +100,32 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
 
     A bucket's mean and std are agent-weighted means of its rounds'; its cumulative value is
     the running sum of per-round means up to the bucket's last round (computed at full
-    resolution, then sampled). The x value is the bucket's last round.
+    resolution, then sampled). The x value is the bucket's last round; ``completions`` is the
+    other x the page offers: completions generated per agent up to the bucket's last round (the
+    running sum of the per-round mean of ``generation/completions``; None from the first round
+    without it: agents older than the metric).
+
+    rows: [(round, agents, mean, std, mean generation/completions or None)] by round.
     """
-    out: dict[str, list] = {"round": [], "mean": [], "std": [], "agents": [], "cumulative": []}
+    out: dict[str, list] = {
+        "round": [],
+        "mean": [],
+        "std": [],
+        "agents": [],
+        "cumulative": [],
+        "completions": [],
+    }
     cumulative = 0.0
+    completions: float | None = 0.0
     bucket: list[tuple] = []
     for index, row in enumerate(rows):
         cumulative += row[2]
-        bucket.append((*row, cumulative))
+        completions = None if completions is None or row[4] is None else completions + row[4]
+        bucket.append((*row[:4], cumulative))
         last = index == len(rows) - 1
         if last or rows[index + 1][0] // step != row[0] // step:
             weight = sum(item[1] for item in bucket)
+            out["completions"].append(completions)
             out["round"].append(bucket[-1][0])
             out["mean"].append(sum(item[1] * item[2] for item in bucket) / weight)
             out["std"].append(sum(item[1] * item[3] for item in bucket) / weight)
@@ -117,9 +136,11 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
 
 
 def _load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
-    """{(tier, arm): [(round, agents, mean, std, zero_std, local_used, external_used)]} by round."""
+    """{(tier, arm): [(round, agents, mean, std, zero_std, local_used, external_used,
+    completions)]} by round (completions: the mean over agents of generation/completions)."""
     rows = (
         RoundAggregate.objects.filter(campaign=campaign)
+        .annotate(completions=GENERATED_COMPLETIONS)
         .order_by("tier", "arm", "round")
         .values_list(
             "tier",
@@ -131,6 +152,7 @@ def _load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
             "zero_std_share",
             "local_used",
             "external_used",
+            "completions",
         )
     )
     grouped: dict[tuple[str, str], list[tuple]] = defaultdict(list)
@@ -207,7 +229,7 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
     step = downsample_step(longest, max_points)
     series: dict[str, dict[str, Any]] = {tier: {} for tier in tiers_of(campaign, grouped)}
     for (tier, arm), rows in grouped.items():
-        series[tier][arm] = _series([(r[0], r[1], r[2], r[3]) for r in rows], step)
+        series[tier][arm] = _series([(r[0], r[1], r[2], r[3], r[7]) for r in rows], step)
     return series, step
 
 
@@ -444,7 +466,7 @@ def _pool_series(rows: list[tuple], step: int) -> dict[str, list]:
     """One tier's swarm rows -> per (downsampled) round: the share of zero-advantage groups
     among what it generated, and of external rollouts in what it actually trained on."""
     buckets: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, -1])
-    for number, agents, _mean, _std, zero, local_used, external_used in rows:
+    for number, agents, _mean, _std, zero, local_used, external_used, _completions in rows:
         bucket = buckets[number // step]
         if zero is not None:
             bucket[0] += zero * agents
@@ -479,7 +501,7 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
     # for API clients; the page shows the per-tier shares below).
     latest: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for rows in swarm.values():
-        for number, agents, _mean, _std, _zero, local_used, external_used in rows:
+        for number, agents, _mean, _std, _zero, local_used, external_used, _completions in rows:
             if local_used is not None and external_used is not None:
                 latest[number][0] += external_used * agents
                 latest[number][1] += (local_used + external_used) * agents
@@ -718,12 +740,22 @@ def points(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, 
     if not keys:
         return []
     rounds = {key[2] for key in keys}
-    rows = RoundAggregate.objects.filter(campaign_id=campaign_id, round__in=rounds).values_list(
-        "tier", "arm", "round", "agents", "reward_mean", "reward_std"
+    rows = (
+        RoundAggregate.objects.filter(campaign_id=campaign_id, round__in=rounds)
+        .annotate(completions=GENERATED_COMPLETIONS)
+        .values_list("tier", "arm", "round", "agents", "reward_mean", "reward_std", "completions")
     )
     return [
-        {"tier": tier, "arm": arm, "round": number, "agents": agents, "mean": mean, "std": std}
-        for tier, arm, number, agents, mean, std in rows
+        {
+            "tier": tier,
+            "arm": arm,
+            "round": number,
+            "agents": agents,
+            "mean": mean,
+            "std": std,
+            "completions": completions,
+        }
+        for tier, arm, number, agents, mean, std, completions in rows
         if (tier, arm, number) in keys
     ]
 

@@ -298,6 +298,46 @@ def test_rounds_not_yet_reported_by_every_live_agent_stay_out_of_the_numbers(db)
     assert payload["summary"]["tiny-1m"]["horizon"] == 6
 
 
+def test_the_compute_axis_is_completions_generated_per_agent(db):
+    """Issue #26 item 7: each series carries, beside its rounds, the completions generated per
+    agent up to each round (the running sum of the per-round mean of generation/completions),
+    so the page can draw reward against compute; over-generation's x runs ahead of the swarm's.
+    None from the first round an agent did not report it (an older worker), not a guess."""
+    campaign = make_campaign()
+    for arm, agents, per_round in (("swarm", ["node:a", "node:b"], 64.0), ("dyn", ["control:9"], 96.0)):
+        RoundMetrics.objects.bulk_create(
+            RoundMetrics(
+                campaign=campaign,
+                arm=arm,
+                tier="tiny-1m",
+                agent=agent,
+                round=number,
+                reward=0.5,
+                metrics={"generation/completions": per_round + 32 * (number == 1 and agent == "node:b")},
+            )
+            for agent in agents
+            for number in range(3)
+        )
+    RoundMetrics.objects.create(
+        campaign=campaign, arm="swarm", tier="tiny-1m", agent="node:a", round=3, reward=0.5
+    )
+    series = dashboard.dashboard_payload(campaign)["series"]["tiny-1m"]
+    assert series["swarm"]["completions"] == [64.0, 144.0, 208.0, None]  # round 1: (64 + 96) / 2
+    assert series["dyn"]["completions"] == [96.0, 192.0, 288.0]
+    live = dashboard.points(campaign.pk, {("tiny-1m", "dyn", 2)})
+    assert live == [
+        {
+            "tier": "tiny-1m",
+            "arm": "dyn",
+            "round": 2,
+            "agents": 1,
+            "mean": 0.5,
+            "std": 0.0,
+            "completions": 96.0,
+        }
+    ]
+
+
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
     independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
@@ -510,6 +550,7 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
                     "agents": 1,
                     "mean": pytest.approx(0.1 * number),
                     "std": 0.0,
+                    "completions": None,  # this report has no generation/completions
                 }
             ]
             assert message["agents"] == [

@@ -427,6 +427,9 @@ def seed_campaign(rounds: int = 10) -> Campaign:
                 "batch/external_used": external,
                 "batch/external_from_others": external if arm == "swarm" else 0.0,
                 "batch/external_age": 1.5 if arm == "self" else 0.5,
+                # compute: 16 completions a round, twice that for the filtered seed (the x axis
+                # "completions generated per agent" sets its curve apart)
+                "generation/completions": 32.0 if arm == "filtered" else 16.0,
             },
         )
         for arm, tier, agent, reward in agents
@@ -535,6 +538,16 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
         WorkerNode.objects.filter(node_id="1mnode1").update(connected=False)
         page.wait_for_function(f"() => ({pending})().length === 0", timeout=30_000)
         assert page.evaluate(line_end % "reward") == 9 and page.evaluate(line_end % "cumulative") == 9
+        # Issue #26 item 7: the x axis toggled to compute, reward against completions generated
+        # per agent (16 a round for the swarm, 32 for the filtered seed), and back.
+        page.select_option("#x-axis", "completions")
+        assert page.evaluate(line_end % "cumulative") == 160 and page.evaluate(line_end % "reward") == 160
+        filtered_end = "() => document.getElementById('cumulative-tiny-1m').data.filter((t) => t.name.startsWith('filtered'))[0].x.at(-1)"
+        assert page.evaluate(filtered_end) == 320
+        title = "() => document.getElementById('reward-tiny-1m').layout.xaxis.title.text"
+        assert page.evaluate(title) == "completions generated per agent"
+        page.select_option("#x-axis", "round")
+        assert page.evaluate(line_end % "cumulative") == 9 and page.evaluate(title) == "round"
     assert not page.evaluate("window.swarmDashboard.errors")
 
 
