@@ -144,6 +144,10 @@
       const row = el("div", null, "charts");
       row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward"));
       row.appendChild(chartBox("cumulative-" + slug(tier), "Cumulative reward"));
+      const difference = chartBox("difference-" + slug(tier),
+        "Swarm minus each control, per round (band: 95% interval of the difference, normal approximation)");
+      difference.classList.add("wide");
+      row.appendChild(difference);
       panel.appendChild(row);
       container.appendChild(panel);
     }
@@ -288,6 +292,55 @@
       () => Plotly.react("reward-" + slug(tier), rewardTraces, layout("reward"), PLOT_CONFIG));
     showChart("cumulative-" + slug(tier), hasData, message,
       () => Plotly.react("cumulative-" + slug(tier), cumulativeTraces, layout("sum of per-round means"), PLOT_CONFIG));
+    const differenceTraces = differences(tier);
+    showChart("difference-" + slug(tier), differenceTraces.length > 0,
+      hasData ? "The swarm and a control need a settled round in common." : message,
+      () => Plotly.react("difference-" + slug(tier), differenceTraces,
+        { ...layout("swarm − control (reward)"), xaxis: { title: { text: "round" } } }, PLOT_CONFIG));
+  }
+
+  // The time course of the gain (issue #26): per settled round both arms have, the swarm's mean
+  // reward minus the control's, with a 95% interval from the two arms' spread across agents
+  // (independent arms: ±1.96 sqrt(s²/n + s'²/n'), s² the sample variance; none where an arm has
+  // one agent). The swarm's nodes share a pool, so its n overstates the precision (the note
+  // below the summary). Always by round: the arms' compute differs.
+  function differences(tier) {
+    const arms = state.series[tier] || {};
+    const swarm = arms.swarm;
+    if (!swarm) return [];
+    const settledSwarm = settledRounds(tier, "swarm");
+    const byRound = new Map(swarm.rows.filter((r) => r.round < settledSwarm).map((r) => [r.round, r]));
+    const traces = [];
+    for (const control of controlsShown((state.tables && state.tables.arms) || [])) {
+      const entry = arms[control.arm];
+      if (!entry) continue;
+      const settled = settledRounds(tier, control.arm);
+      const pairs = entry.rows.filter((r) => r.round < settled && byRound.has(r.round)).map((r) => [byRound.get(r.round), r]);
+      if (!pairs.length) continue;
+      const x = pairs.map((pair) => pair[1].round);
+      const d = pairs.map(([a, b]) => a.mean - b.mean);
+      const half = pairs.map(([a, b]) => (a.agents >= 2 && b.agents >= 2
+        ? 1.96 * Math.sqrt((a.std * a.std) / (a.agents - 1) + (b.std * b.std) / (b.agents - 1)) : null));
+      const group = "difference-" + control.arm;
+      if (half.some((h) => h !== null)) {
+        traces.push({
+          x: x, y: d.map((v, i) => (half[i] === null ? null : v - half[i])), mode: "lines", line: { width: 0 },
+          hoverinfo: "skip", showlegend: false, legendgroup: group, name: control.arm + " band",
+        });
+        traces.push({
+          x: x, y: d.map((v, i) => (half[i] === null ? null : v + half[i])), mode: "lines", line: { width: 0 },
+          fill: "tonexty", fillcolor: BANDS[control.arm], hoverinfo: "skip", showlegend: false, legendgroup: group,
+          name: control.arm + " band",
+        });
+      }
+      traces.push({
+        x: x, y: d, mode: x.length < 60 ? "lines+markers" : "lines", name: "swarm − " + control.label,
+        legendgroup: group, line: { color: COLORS[control.arm], width: 2 },
+        meta: { difference: control.arm },
+        hovertemplate: "round %{x}<br>difference %{y:.3f}<extra>swarm − " + control.label + "</extra>",
+      });
+    }
+    return traces;
   }
 
   function drawAll() {

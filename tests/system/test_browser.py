@@ -535,8 +535,25 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
         ]
         assert page.evaluate(line_end % "reward") == 6 and page.evaluate(line_end % "cumulative") == 6
         assert page.locator("#summary tbody tr", has=page.locator("td:text-is('tiny-1m')")).count() == 1
+        # The paired-difference chart: swarm minus each control per settled round (rounds 0..6
+        # here), 0.56 - 0.40 against plain isolated, with a band (n = 4 vs 3); none against the
+        # one filtered seed.
+        differences = (
+            "() => Object.fromEntries(document.getElementById('difference-tiny-1m').data"
+            ".filter((t) => t.meta && t.meta.difference).map((t) => [t.meta.difference, t.x]))"
+        )
+        bands = "() => document.getElementById('difference-tiny-1m').data.filter((t) => t.name.endsWith(' band')).map((t) => t.name)"
+        assert page.evaluate(differences)["isolated"] == list(range(7))
+        assert page.evaluate(bands) == ["isolated band", "isolated band", "self band", "self band"]
+        values = page.evaluate(
+            "() => document.getElementById('difference-tiny-1m').data.find((t) => t.meta && t.meta.difference === 'isolated').y"
+        )
+        assert values == [pytest.approx(0.16)] * 7
         WorkerNode.objects.filter(node_id="1mnode1").update(connected=False)
         page.wait_for_function(f"() => ({pending})().length === 0", timeout=30_000)
+        assert page.evaluate(differences) == {
+            arm: list(range(10)) for arm in ("isolated", "filtered", "self")
+        }
         assert page.evaluate(line_end % "reward") == 9 and page.evaluate(line_end % "cumulative") == 9
         # Issue #26 item 7: the x axis toggled to compute, reward against completions generated
         # per agent (16 a round for the swarm, 32 for the filtered seed), and back.
