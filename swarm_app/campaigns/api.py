@@ -1,5 +1,5 @@
-"""Read-only JSON/CSV endpoints: the dashboard's first load, one agent's curve, the status
-counts, and the per-round metrics export (documented in docs/web.md).
+"""Read-only JSON/CSV endpoints: the dashboard's first load, the run section's words, one
+agent's curve, the status counts, and the per-round metrics export (documented in docs/web.md).
 
 The export streams: rows are read in id order, 2,000 at a time, through an async iterator, so
 a two-million-row campaign is never held in memory (under ASGI, Django buffers whole sync
@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from swarm_app.campaigns import dashboard
+from swarm_app.campaigns import dashboard, run_info
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
@@ -35,6 +35,14 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def dashboard_json(request: HttpRequest, pk: int) -> JsonResponse:
     campaign = get_visible(request, pk)
     return JsonResponse(dashboard.dashboard_payload(campaign))
+
+
+@require_GET
+def run_json(request: HttpRequest, pk: int) -> JsonResponse:
+    """The run section's words (run_info.run_info) from the tables the page's socket pushes
+    (dashboard.cached_tables): static/campaigns/run.js asks for it when new tables arrive."""
+    campaign = get_visible(request, pk)
+    return JsonResponse(run_info.run_info(dashboard.cached_tables(campaign.pk)))
 
 
 @require_GET

@@ -23,6 +23,7 @@ urlpatterns = [
     path("campaigns/<int:pk>/tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
     path("api/status", api.status_json, name="api-status"),
     path("api/campaigns/<int:pk>/dashboard", api.dashboard_json, name="api-dashboard"),
+    path("api/campaigns/<int:pk>/run", api.run_json, name="api-run"),
     path("api/campaigns/<int:pk>/agent", api.agent_json, name="api-agent"),
     path("api/campaigns/<int:pk>/metrics", api.metrics_export, name="api-metrics"),
 ]

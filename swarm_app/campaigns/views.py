@@ -22,9 +22,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from swarm_app.campaigns import dashboard, lifecycle, local_workers
+from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info
 from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
 from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.rollups import refresh_rollups
 from worker import __version__
 from worker.shared.campaign import CAMPAIGN_PRESETS
 from worker.shared.questions import PRESETS as TASK_PRESETS
@@ -80,6 +81,11 @@ def status(request: HttpRequest) -> HttpResponse:
 
 def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
     campaign = get_visible(request, pk)
+    # The run section (started, elapsed, time left, headline gain, verdict) is rendered here from
+    # the dashboard's tables, the payload static/campaigns/run.js then follows live. Computed
+    # afresh (not dashboard.cached_tables): the page's first words are those of this request.
+    refresh_rollups(rebuild=False)
+    run = run_info.run_info(dashboard.tables(campaign))
     return render(
         request,
         "campaigns/detail.html",
@@ -87,6 +93,8 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "campaign": campaign,
             "public_page": campaign.public,
             "config": campaign.config,
+            "run": run,
+            "settings_fields": run_info.settings_fields(campaign.config),
             "is_staff": request.user.is_staff,
             "actions": list(lifecycle.ACTIONS),
             "allowed_actions": lifecycle.allowed_actions(campaign.state),
@@ -96,6 +104,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "id": campaign.pk,
                 "dashboard": reverse("api-dashboard", args=[campaign.pk]),
                 "agent": reverse("api-agent", args=[campaign.pk]),
+                "run": reverse("api-run", args=[campaign.pk]),
                 "socket": f"/ws/campaigns/{campaign.pk}/",
                 "staff": request.user.is_staff,
                 "actions_by_state": lifecycle.actions_by_state(),

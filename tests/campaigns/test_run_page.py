@@ -1,0 +1,380 @@
+"""The run section of a campaign's page (issue #26 item 6): swarm_app/campaigns/run_info.py's
+plain functions on constructed payloads, then the page and its JSON through Django's test client
+on the real database (stored reports, the real rollups and dashboard payload).
+
+* started, elapsed and, while running, the time left per tier and arm from the rate so far
+  ("–" before an arm has a round);
+* at the end, a verdict written from the numbers: "no difference this campaign can detect" when
+  the headline gain's interval includes 0, higher/lower otherwise, the gain per window, n and
+  what is independent (control seeds are; the swarm's nodes, sharing one pool, are not);
+* the settings as labelled fields, never a raw dict;
+* no "running" words on the page of a campaign that is not running, in every state.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from swarm_app.campaigns import run_info
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
+from swarm_app.campaigns.rollups import refresh_rollups
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import create_token
+from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_config, sapo_table_config
+
+NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+STATES = ("pending", "running", "paused", "completed", "failed", "stopped")
+
+
+# --- plain functions -------------------------------------------------------------------------------
+
+
+def tables(state: str = "running", started: datetime | None = NOW - timedelta(minutes=10), **extra) -> dict:
+    """A tables payload as dashboard.tables writes it, with what run_info reads."""
+    payload = {
+        "campaign": {
+            "state": state,
+            "rounds": 40,
+            "tiers": ["tiny-1m"],
+            "started_at": started.isoformat() if started else None,
+            "finished_at": None,
+        },
+        "arms": [
+            {"arm": "swarm", "label": "swarm"},
+            {"arm": "isolated", "label": "isolated (J = 0)"},
+            {"arm": "self", "label": "self-replay"},
+        ],
+        "reference": "self",
+        "settled": {"tiny-1m": {"swarm": 10, "isolated": 20}},
+        "controls": [{"arm": "self", "arm_name": "4/4-self"}, {"arm": "isolated", "arm_name": "8/0"}],
+        "summary": {},
+    }
+    payload.update(extra)
+    return payload
+
+
+def gain(value: float | None, low: float | None, high: float | None, n: tuple[int, int] = (4, 3)) -> dict:
+    note = "no interval (1 node)" if value is not None and min(n) < 2 else None
+    return {"value": value, "low": low, "high": high, "n": list(n), "note": note}
+
+
+def test_time_left_per_arm_from_the_rate_so_far():
+    info = run_info.run_info(tables(), NOW)
+    rows = {row["arm"]: row for row in info["eta"]["rows"]}
+    # 10 rounds in 10 minutes: 30 rounds left at 1 round/min; 20 in 10: 20 left at 2/min.
+    assert rows["swarm"]["text"] == "10 of 40 rounds · about 30 min left (1 rounds/min so far)"
+    assert rows["swarm"]["left_s"] == pytest.approx(1800)
+    assert rows["isolated"]["text"] == "20 of 40 rounds · about 10 min left (2 rounds/min so far)"
+    # No round yet: no rate, so no estimate, and no total for the campaign either.
+    assert rows["self"]["text"] == "0 of 40 rounds · time left – (no round yet, so no rate)"
+    assert rows["self"]["label"] == "self-replay (4/4-self)"
+    assert info["eta"]["total"] is None
+    assert "estimate from the rate so far" in info["eta"]["note"]
+    assert info["started"] == "2026-12-03 09:50:00 UTC"
+    assert info["elapsed"] == "10 min 00 s (pauses included)"
+    assert info["verdict"] == [] and info["verdict_pending"]
+
+    # Every arm has a rate: the campaign's time left is its slowest arm's.
+    info = run_info.run_info(tables(settled={"tiny-1m": {"swarm": 10, "isolated": 20, "self": 40}}), NOW)
+    assert info["eta"]["total"] == "The campaign: about 30 min left (its slowest arm; an estimate)."
+    assert {row["arm"]: row["text"] for row in info["eta"]["rows"]}["self"] == "40 of 40 rounds · done"
+
+
+def test_no_estimate_unless_running():
+    paused = run_info.run_info(tables("paused"), NOW)
+    assert paused["eta"]["rows"][0]["text"] == "10 of 40 rounds · paused"
+    assert paused["eta"]["note"] is None and paused["eta"]["total"] is None
+    pending = run_info.run_info(tables("pending", started=None, settled={}), NOW)
+    assert pending["started"] == "not launched yet" and pending["elapsed"] == "–"
+    stopped = run_info.run_info(tables("stopped"), NOW)
+    assert stopped["eta"]["rows"][0]["text"] == "10 of 40 rounds"
+    assert stopped["elapsed"] == "10 min 00 s"  # no finish time stored: until now, no pauses note
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_no_running_words_unless_running(state):
+    info = run_info.run_info(tables(state), NOW)
+    words = " ".join(
+        [info["state_text"], *(row["text"] for row in info["eta"]["rows"]), info["eta"]["note"] or ""]
+    )
+    assert ("running" in words.lower()) == (state == "running"), words
+    assert bool(info["verdict"]) == (state in ("completed", "stopped", "failed"))
+
+
+def summary(headline: dict, windows: list[dict] | None = None) -> dict:
+    return {"tiny-1m": {"horizon": 40, "reference": "self", "gain": headline, "windows": windows or []}}
+
+
+def test_verdict_no_difference_when_the_interval_includes_zero():
+    windows = [
+        {"start": 0, "end": 13, "gains": {"self": gain(6.0, 1.0, 11.0)}},
+        {"start": 13, "end": 26, "gains": {"self": gain(1.0, -3.0, 5.0)}},
+        {"start": 26, "end": 40, "gains": {"self": gain(-4.0, -8.0, -0.5)}},
+    ]
+    info = run_info.run_info(tables("completed", summary=summary(gain(1.5, -4.4, 7.5), windows)), NOW)
+    (verdict,) = info["verdict"]
+    assert verdict["judgement"] == "none"
+    first, by_window, n = verdict["lines"]
+    assert first.startswith(
+        "No difference this campaign can detect between the swarm and self-replay (4/4-self)"
+    )
+    assert "+1.5 % [-4.4 %, +7.5 %]" in first and "rounds 0–39" in first
+    # The time course, each window judged by its own interval.
+    assert by_window == (
+        "By window (thirds of the rounds): rounds 0–12: +6.0 % [+1.0 %, +11.0 %], higher; "
+        "rounds 13–25: +1.0 % [-3.0 %, +5.0 %], no difference this campaign can detect; "
+        "rounds 26–39: -4.0 % [-8.0 %, -0.5 %], lower."
+    )
+    # n, and what is independent: seeds are, the swarm's nodes are one replicate of sharing.
+    assert n.startswith("n = 4 swarm nodes vs 3 self-replay (4/4-self) seeds.")
+    assert "independent" in n and "one replicate of sharing, not 4" in n
+    assert "not independent replicates of sharing" in info["independence"]
+    assert info["verdict_title"] == "Verdict"
+    (headline,) = info["headlines"]
+    assert headline == {
+        "tier": "tiny-1m",
+        "what": "swarm vs self-replay (4/4-self), rounds 0–39",
+        "value": "+1.5 %",
+        "interval": "[-4.4 %, +7.5 %]",
+        "n": "n = 4 vs 3",
+        "note": None,
+    }
+
+
+def test_verdict_higher_lower_and_no_interval():
+    higher = run_info.verdict(tables("completed", summary=summary(gain(12.0, 3.0, 20.0))), "tiny-1m")
+    assert higher["judgement"] == "higher"
+    assert higher["lines"][0] == (
+        "The swarm's cumulative reward over rounds 0–39 is higher than self-replay (4/4-self)'s: "
+        "+12.0 % [+3.0 %, +20.0 %], a 95 % interval above 0."
+    )
+    lower = run_info.verdict(tables("completed", summary=summary(gain(-9.0, -15.0, -2.0))), "tiny-1m")
+    assert lower["judgement"] == "lower" and "below 0" in lower["lines"][0]
+    single = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (1, 1)))), "tiny-1m")
+    assert single["judgement"] == "no interval" and "gives no verdict" in single["lines"][0]
+    assert single["lines"][-1].startswith("n = 1 swarm node vs 1 self-replay (4/4-self) seed.")
+    empty = run_info.verdict(tables("completed", summary=summary(gain(None, None, None))), "tiny-1m")
+    assert empty["lines"] == ["No verdict: the swarm and self-replay (4/4-self) have no rounds in common."]
+    alone = run_info.verdict(tables("completed", reference=None, summary={}), "tiny-1m")
+    assert alone["lines"] == ["No control ran, so there is nothing to compare the swarm with."]
+
+
+def test_durations_and_estimates_in_words():
+    assert [run_info.duration_text(s) for s in (None, 5, 65, 3725, 2 * 86400 + 7200)] == [
+        "–",
+        "5 s",
+        "1 min 05 s",
+        "1 h 02 min",
+        "2 d 2 h",
+    ]
+    assert [run_info.eta_text(s) for s in (30, 1790, 3 * 3600 + 300, 3 * 86400)] == [
+        "under a minute",
+        "about 30 min",
+        "about 3 h 05 min",
+        "about 3 d 0 h",
+    ]
+
+
+@pytest.mark.parametrize("preset", [cpu_demo_config, sapo_table_config])
+def test_settings_are_labelled_readable_fields(preset):
+    fields = run_info.settings_fields(preset().to_json())
+    labels = [field["label"] for field in fields]
+    for label in ("Model sizes (tiers)", "Rounds per node", "Swarm arm", "Tasks", "Isolated controls"):
+        assert label in labels
+    for field in fields:  # words, never a dict or a list as Python or JSON prints it
+        assert isinstance(field["value"], str) and not re.search(r"[{}\[\]]|': ", field["value"]), field
+    values = {field["label"]: field["value"] for field in fields}
+    assert values["Swarm arm"] == "4/4: I = 4 own groups + J = 4 groups from the pool"
+    if preset is cpu_demo_config:
+        assert values["Isolated controls"] == "plain isolated (8/0), self-replay (4/4-self)"
+        assert values["Headline control"] == "self-replay (4/4-self): the headline gain is against it"
+        assert values["Control seeds"] == "3 per tier and control (seeds 0–2); each an independent run"
+        assert values["Tasks"].startswith("chain_sum (weight 1; min terms 2, max terms 2")
+
+
+# --- the page and its JSON, on the real database ---------------------------------------------------
+
+
+def seed(
+    state: str,
+    swarm: tuple[float, ...] = (0.40, 0.45, 0.50, 0.55),
+    self_replay: tuple[float, ...] = (0.44, 0.50, 0.46),
+    rounds: int = 9,
+    reported: dict[str, int] | None = None,
+    started_ago: timedelta | None = timedelta(minutes=10),
+) -> Campaign:
+    """tiny-1m: a swarm of len(swarm) nodes and len(self_replay) self-replay seeds (the
+    reference), each agent at a constant reward, having reported ``reported[arm]`` rounds."""
+    reported = reported or {"swarm": rounds, "self": rounds}
+    controls = ControlsConfig(isolated=False, filtered=False, seeds=len(self_replay), self_replay=True)
+    config = CampaignConfig(tiers=["tiny-1m"], rounds=rounds, controls=controls).validate().to_json()
+    now = timezone.now()
+    campaign = Campaign.objects.create(
+        name="run page",
+        state=state,
+        public=True,
+        config=config,
+        started_at=now - started_ago if started_ago and state != "pending" else None,
+        finished_at=now if state in Campaign.FINISHED else None,
+    )
+    token, _ = create_token(campaign)
+    agents = []
+    for i, reward in enumerate(swarm):
+        node = WorkerNode.objects.create(
+            campaign=campaign, node_id=f"node{i}", token=token, tier="tiny-1m", round=reported["swarm"]
+        )
+        agents.append(("swarm", f"node:{node.node_id}", reward))
+    for seed_, reward in enumerate(self_replay):
+        run = ControlRun.objects.create(
+            campaign=campaign, tier="tiny-1m", arm="self", seed=seed_, round=reported["self"]
+        )
+        agents.append(("self", f"control:{run.pk}", reward))
+    RoundMetrics.objects.bulk_create(
+        RoundMetrics(campaign=campaign, arm=arm, tier="tiny-1m", agent=agent, round=number, reward=reward)
+        for arm, agent, reward in agents
+        for number in range(reported[arm])
+    )
+    refresh_rollups()
+    return campaign
+
+
+class Text(HTMLParser):
+    """The words a reader sees: no script, nothing inside an element marked hidden."""
+
+    VOID = {"br", "hr", "img", "input", "link", "meta", "source", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[bool] = []  # per open element: is it (or an ancestor) hidden?
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        names = dict(attrs)
+        hidden = (self.stack[-1] if self.stack else False) or "hidden" in names or tag in ("script", "head")
+        self.stack.append(hidden)
+
+    def handle_endtag(self, tag):
+        if tag not in self.VOID and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not (self.stack and self.stack[-1]) and data.strip():
+            self.parts.append(" ".join(data.split()))
+
+
+def visible_text(html: str, element_id: str | None = None) -> str:
+    if element_id is not None:
+        match = re.search(rf'<(\w+)[^>]* id="{element_id}"', html)
+        assert match, element_id
+        html = html[match.start() :]
+    parser = Text()
+    parser.feed(html)
+    return re.sub(r" ([:;,.])", r"\1", " ".join(parser.parts))  # "tier: 5" as read, not "tier : 5"
+
+
+def section(html: str, element_id: str) -> str:
+    """The visible text of the element with that id (its first closing tag of the same name)."""
+    match = re.search(rf'<(\w+)([^>]*) id="{element_id}"[^>]*>', html)
+    assert match, element_id
+    tag = match.group(1)
+    end = html.index(f"</{tag}>", match.end())
+    if "hidden" in re.sub(r'"[^"]*"', "", match.group(0)):
+        return ""
+    return visible_text(html[match.end() : end])
+
+
+def page(client: Client, campaign: Campaign) -> str:
+    response = client.get(campaign.get_absolute_url())
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+@pytest.mark.django_db
+def test_completed_page_says_no_detectable_difference_with_n_and_readable_settings(anonymous):
+    html = page(anonymous, seed("completed"))
+    assert section(html, "run-state") == "Completed: every arm ran its 9 rounds; the numbers below are final."
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", section(html, "run-started"))
+    assert section(html, "run-elapsed") == "10 min 00 s"
+    verdict = visible_text(html[html.index('id="verdict"') - 5 : html.index('id="verdict-pending"')])
+    assert verdict.startswith("Verdict tiny-1m No difference this campaign can detect"), verdict
+    assert "n = 4 swarm nodes vs 3 self-replay (4/4-self) seeds." in verdict
+    assert "not independent replicates of sharing" in verdict
+    # The same per window: three thirds of H = 9.
+    assert "rounds 0–2:" in verdict and "rounds 3–5:" in verdict and "rounds 6–8:" in verdict
+    assert section(html, "verdict-pending") == ""
+    # The headline gain as one line of text, not a table cell.
+    headline = visible_text(html[html.index('class="headline"') - 3 :]).split(" Rounds done")[0]
+    assert re.match(
+        r"tiny-1m swarm vs self-replay \(4/4-self\), rounds 0–8: \+1\.8 % \[[^]]+\] n = 4 vs 3", headline
+    )
+    # Settings: labelled fields.
+    settings = section(html, "settings-fields")
+    assert "Rounds per node 9" in settings and "Isolated controls self-replay (4/4-self)" in settings
+    assert not re.search(r"[{}\[\]]|': ", settings), settings
+    # Nothing on the page says it is still going.
+    text = visible_text(html).lower()
+    assert "running" not in text and "live." not in text and "time left" not in text
+
+
+@pytest.mark.django_db
+def test_completed_page_says_which_arm_is_higher(anonymous):
+    html = page(anonymous, seed("completed", swarm=(0.60, 0.62, 0.64, 0.66), self_replay=(0.40, 0.42, 0.44)))
+    assert 'data-judgement="higher"' in html
+    verdict = section(html, "verdict-tiers")
+    assert (
+        "The swarm's cumulative reward over rounds 0–8 is higher than self-replay (4/4-self)'s: +50.0 % ["
+        in verdict
+    )
+
+
+@pytest.mark.django_db
+def test_running_page_shows_elapsed_and_time_left(anonymous):
+    campaign = seed("running", rounds=20, reported={"swarm": 5, "self": 10})
+    html = page(anonymous, campaign)
+    assert section(html, "run-state").startswith("Running:")
+    assert re.fullmatch(r"10 min 0\d s \(pauses included\)", section(html, "run-elapsed"))
+    assert section(html, "run-finished") == ""
+    eta = section(html, "run-eta")
+    # 5 rounds in 10 minutes, 15 to go: about 30 minutes; self-replay: 10 in 10, 10 to go.
+    assert "tiny-1m · swarm: 5 of 20 rounds · about 30 min left" in eta, eta
+    assert "tiny-1m · self-replay (4/4-self): 10 of 20 rounds · about 10 min left" in eta, eta
+    assert section(html, "run-eta-total") == "The campaign: about 30 min left (its slowest arm; an estimate)."
+    assert "estimate from the rate so far" in section(html, "run-eta-note")
+    assert section(html, "verdict") == ""
+    assert section(html, "verdict-pending") == "The verdict is written here when the campaign completes."
+    # Provisional headline: "so far".
+    assert "rounds 0–4 so far" in section(html, "headlines")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("state", STATES)
+def test_every_state_says_only_what_is_true(anonymous, state):
+    html = page(anonymous, seed(state))
+    assert f'id="state" class="state state-{state}">{state}<' in html
+    assert section(html, "run-state") == run_info.state_text(state, 9)
+    text = visible_text(html).lower()
+    assert ("running" in text) == (state == "running"), text
+    finished = state in ("completed", "failed", "stopped")
+    assert bool(section(html, "verdict")) == finished
+    assert bool(section(html, "verdict-pending")) != finished
+    if state == "pending":
+        assert section(html, "run-started") == "not launched yet" and section(html, "run-progress") == ""
+
+
+@pytest.mark.django_db
+def test_run_json_follows_the_page_and_its_visibility(anonymous, staff):
+    campaign = seed("completed")
+    info = anonymous.get(f"/api/campaigns/{campaign.pk}/run").json()
+    assert info["state"] == "completed" and info["verdict"][0]["judgement"] == "none"
+    assert info["headlines"][0]["value"] == "+1.8 %"
+    Campaign.objects.filter(pk=campaign.pk).update(public=False)
+    assert anonymous.get(f"/api/campaigns/{campaign.pk}/run").status_code == 404
+    assert staff.get(f"/api/campaigns/{campaign.pk}/run").status_code == 200
