@@ -30,6 +30,15 @@ from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_conf
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
 STATES = ("pending", "running", "paused", "completed", "failed", "stopped")
+# What a campaign's control runs are doing in each of its states.
+CONTROL_STATES = {
+    "pending": "queued",
+    "running": "running",
+    "paused": "running",
+    "completed": "completed",
+    "failed": "failed",
+    "stopped": "stopped",
+}
 
 
 # --- plain functions -------------------------------------------------------------------------------
@@ -232,7 +241,12 @@ def seed(
         agents.append(("swarm", f"node:{node.node_id}", reward))
     for seed_, reward in enumerate(self_replay):
         run = ControlRun.objects.create(
-            campaign=campaign, tier="tiny-1m", arm="self", seed=seed_, round=reported["self"]
+            campaign=campaign,
+            tier="tiny-1m",
+            arm="self",
+            seed=seed_,
+            round=reported["self"],
+            state=CONTROL_STATES[state],
         )
         agents.append(("self", f"control:{run.pk}", reward))
     RoundMetrics.objects.bulk_create(
