@@ -337,23 +337,13 @@ def cmd_study_report(args: argparse.Namespace) -> int:
 
 
 def cmd_study_batches(args: argparse.Namespace) -> int:
-    """Print, per arm and round, what the study's agents generated and trained on (mean over
-    seeds and agents): the check that the arms' batches differ as designed."""
-    import json
-
-    from worker.research.study_v3_text import batch_rows
+    """Print, per arm and round, what the study's agents generated and trained on."""
+    from worker.research.study_batches import batches_text
 
     if not args.results.exists():
         print(f"swarm-worker study-batches: no results at {args.results}", file=sys.stderr)
         return 2
-    results = json.loads(args.results.read_text())
-    config = results["config"]
-    print(
-        f"{args.results}: {len(config['seeds'])} seeds x {config['agents']} agents x {config['rounds']} rounds"
-    )
-    for name, questions in (config.get("arm_questions") or {}).items():
-        print(f"  {name}: B = {questions}; {(config.get('arm_semantics') or {}).get(name, '')}")
-    print("\n".join(batch_rows(results)))
+    print("\n".join(batches_text(args.results)))
     return 0
 
 
