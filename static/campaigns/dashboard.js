@@ -552,7 +552,7 @@
       tr.appendChild(el("td", c.tier));
       tr.appendChild(el("td", c.arm_name && c.arm_name !== c.arm ? c.arm + " (" + c.arm_name + ")" : c.arm));
       tr.appendChild(el("td", c.seed));
-      tr.appendChild(el("td", c.state, "state state-" + c.state));
+      tr.appendChild(el("td", c.status || c.state, "state state-" + c.state));
       const progress = el("td");
       const bar = el("progress");
       bar.max = c.rounds;

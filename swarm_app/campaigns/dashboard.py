@@ -628,6 +628,18 @@ def arm_names(campaign: Campaign) -> dict[str, str]:
     return names
 
 
+def control_status(state: str, campaign_state: str) -> str:
+    """A control run's state as the page shows it: a run still marked running under a paused
+    campaign waits (its task holds its slot between rounds), under a finished one it is ending
+    the round it was in; never "running" under a badge that says otherwise."""
+    if state == ControlRun.State.RUNNING:
+        if campaign_state == Campaign.State.PAUSED:
+            return "waiting (campaign paused)"
+        if campaign_state in Campaign.FINISHED:
+            return "finishing its round"
+    return state
+
+
 def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rounds = int(campaign.config.get("rounds", 0))
     names = arm_names(campaign)
@@ -640,6 +652,7 @@ def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
             "arm_name": names.get(run.arm, run.arm),
             "seed": run.seed,
             "state": run.state,
+            "status": control_status(run.state, campaign.state),
             "round": run.round,
             "rounds": rounds,
             "attempts": run.attempts,

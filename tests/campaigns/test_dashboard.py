@@ -338,6 +338,24 @@ def test_the_compute_axis_is_completions_generated_per_agent(db):
     ]
 
 
+def test_a_control_run_never_reads_running_under_a_paused_or_finished_campaign(db):
+    """The controls table follows the campaign's badge: a run whose task is still marked
+    running waits while the campaign is paused and is finishing its round once it stopped."""
+    campaign = make_campaign()
+    ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0, state="running")
+    statuses = {}
+    for state in ("running", "paused", "stopped", "completed"):
+        Campaign.objects.filter(pk=campaign.pk).update(state=state)
+        campaign.refresh_from_db()
+        statuses[state] = dashboard.control_rows(campaign)[0]["status"]
+    assert statuses == {
+        "running": "running",
+        "paused": "waiting (campaign paused)",
+        "stopped": "finishing its round",
+        "completed": "finishing its round",
+    }
+
+
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
     independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
