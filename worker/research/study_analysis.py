@@ -59,6 +59,7 @@ class Comparison:
     min_p_value: float
     holm_p: float = math.nan
     preregistered: bool = False  # in the Holm family
+    t_interval: tuple[float, float] | None = None  # 95% t-interval of the mean difference
 
     @property
     def sd(self) -> float:
@@ -159,6 +160,7 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
                 test.exact,
                 test.min_p_value,
                 preregistered=(a, b) in family,
+                t_interval=stats.t_interval(diffs),
             )
         )
     members = [c for c in comparisons if c.preregistered]
@@ -174,3 +176,175 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
         family_size=len(members),
         design=design,
     )
+
+
+# --- the time course (issue #29 item 4): windows of rounds and slopes of paired differences ----
+
+
+@dataclass
+class Estimate:
+    """The mean over seeds of a per-seed quantity, with its 95% percentile bootstrap interval
+    and its 95% t-interval (both None with fewer than 2 seeds)."""
+
+    values: list[float]
+    mean: float
+    interval: tuple[float, float] | None
+    t_interval: tuple[float, float] | None
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def positive(self) -> int:
+        return sum(v > 0 for v in self.values)
+
+    @property
+    def negative(self) -> int:
+        return sum(v < 0 for v in self.values)
+
+    @property
+    def side(self) -> int:
+        """+1 when both intervals lie above 0, -1 when both lie below, 0 otherwise (or n < 2):
+        the rule for a sign this report calls established."""
+        if self.n < 2 or self.interval is None or self.t_interval is None:
+            return 0
+        if self.interval[0] > 0 and self.t_interval[0] > 0:
+            return 1
+        if self.interval[1] < 0 and self.t_interval[1] < 0:
+            return -1
+        return 0
+
+
+def estimate(values: list[float], resamples: int = stats.BOOTSTRAP_RESAMPLES) -> Estimate:
+    return Estimate(
+        list(values),
+        sum(values) / len(values) if values else math.nan,
+        stats.bootstrap_interval(values, resamples) if len(values) >= 2 else None,
+        stats.t_interval(values),
+    )
+
+
+@dataclass
+class Window:
+    first: int  # rounds, 1-based, inclusive
+    last: int
+    difference: Estimate  # per seed: mean over the window's rounds of reward(a) - reward(b)
+    gain: float | None  # sum of a's rewards over the window and the seeds / b's - 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.first}-{self.last}" if self.last > self.first else f"{self.first}"
+
+
+CROSSES = "crosses over"
+SIGN_CHANGE_NOT_SHOWN = "sign change not shown"
+ONE_SIGN = "one sign"
+
+
+@dataclass
+class TimeCourse:
+    """One comparison a - b over rounds: the paired difference per window (thirds of the
+    horizon, pre-registered as exploratory) and the per-seed least-squares slope of the paired
+    difference d_r = reward_r(a) - reward_r(b) over all rounds."""
+
+    a: str
+    b: str
+    seeds: list[int]
+    differences: list[list[float]]  # per seed (as ``seeds``), per round: a - b
+    windows: list[Window]
+    slope: Estimate | None  # per round; None with fewer than 2 rounds
+
+    @property
+    def shape(self) -> str:
+        """:data:`CROSSES` when one window's paired difference is established above 0 and
+        another's below 0 (established: its 95% bootstrap and t-intervals both exclude 0, on the
+        same side; at least 2 seeds); :data:`SIGN_CHANGE_NOT_SHOWN` when the windows' means
+        differ in sign without that; else :data:`ONE_SIGN`."""
+        sides = {w.difference.side for w in self.windows}
+        if {1, -1} <= sides:
+            return CROSSES
+        signs = {math.copysign(1, w.difference.mean) for w in self.windows if w.difference.mean != 0}
+        return SIGN_CHANGE_NOT_SHOWN if len(signs) > 1 else ONE_SIGN
+
+
+def window_bounds(rounds: int, windows: int = 3) -> list[tuple[int, int]]:
+    """The horizon cut into ``windows`` consecutive windows of rounds as (start, stop) indexes,
+    0-based, stop excluded: window k holds rounds floor(kR/W) .. floor((k+1)R/W) - 1 (45 rounds:
+    1-15, 16-30, 31-45 counted from 1); empty windows (R < W) are left out."""
+    edges = [k * rounds // windows for k in range(windows + 1)]
+    return [(edges[k], edges[k + 1]) for k in range(windows) if edges[k + 1] > edges[k]]
+
+
+def _curve(results: dict[str, Any], name: str, seed: int) -> list[float] | None:
+    curve = (results.get("curves", {}).get(name) or {}).get(seed_key(seed))
+    if not curve or any(v is None for v in curve):
+        return None
+    return [float(v) for v in curve]
+
+
+def time_course(
+    results: dict[str, Any],
+    a: str,
+    b: str,
+    windows: int = 3,
+    resamples: int = stats.BOOTSTRAP_RESAMPLES,
+) -> TimeCourse | None:
+    """The time course of a - b over the seeds where both arms have a full curve (None when none)."""
+    pairs = []
+    for seed in results["config"]["seeds"]:
+        ca, cb = _curve(results, a, seed), _curve(results, b, seed)
+        if ca is not None and cb is not None and len(ca) == len(cb):
+            pairs.append((seed, ca, cb))
+    if not pairs:
+        return None
+    rounds = min(len(ca) for _, ca, _ in pairs)
+    diffs = [[x - y for x, y in zip(ca[:rounds], cb[:rounds], strict=True)] for _, ca, cb in pairs]
+    out = []
+    for start, stop in window_bounds(rounds, windows):
+        per_seed = [sum(d[start:stop]) / (stop - start) for d in diffs]
+        total_b = sum(sum(cb[start:stop]) for _, _, cb in pairs)
+        total_a = sum(sum(ca[start:stop]) for _, ca, _ in pairs)
+        out.append(
+            Window(start + 1, stop, estimate(per_seed, resamples), total_a / total_b - 1 if total_b else None)
+        )
+    slopes = [stats.least_squares_slope(range(1, rounds + 1), d) for d in diffs]
+    slope = estimate([s for s in slopes if s is not None], resamples) if rounds >= 2 else None
+    return TimeCourse(a, b, [s for s, _, _ in pairs], diffs, out, slope)
+
+
+def time_courses(
+    results: dict[str, Any], analysis: Analysis, resamples: int = stats.BOOTSTRAP_RESAMPLES
+) -> list[TimeCourse]:
+    """The time course of each of the analysis's comparisons, in its order."""
+    windows = (results["config"].get("preregistered") or {}).get("windows") or 3
+    courses = [time_course(results, c.a, c.b, windows, resamples) for c in analysis.comparisons]
+    return [c for c in courses if c is not None]
+
+
+def late_trend(
+    results: dict[str, Any], analysis: Analysis, resamples: int = stats.BOOTSTRAP_RESAMPLES
+) -> tuple[int, int, Estimate] | None:
+    """The slope (reward per round) over the last window's rounds (the last third) of the mean
+    reward over the arms: least squares per seed on the mean curve of the arms that seed ran,
+    then the mean over seeds with its intervals. Returns (first round, last round, estimate);
+    None with fewer than 3 rounds in that window."""
+    per_seed: dict[int, list[list[float]]] = {}
+    for name, arm in analysis.arms.items():
+        for seed in arm.seeds:
+            curve = _curve(results, name, seed)
+            if curve is not None:
+                per_seed.setdefault(seed, []).append(curve)
+    if not per_seed:
+        return None
+    rounds = min(len(c) for curves in per_seed.values() for c in curves)
+    start, stop = window_bounds(rounds)[-1] if rounds else (0, 0)
+    if stop - start < 3:
+        return None
+    slopes = []
+    for curves in per_seed.values():
+        mean = [sum(c[r] for c in curves) / len(curves) for r in range(start, stop)]
+        slope = stats.least_squares_slope(range(start + 1, stop + 1), mean)
+        if slope is not None:
+            slopes.append(slope)
+    return start + 1, stop, estimate(slopes, resamples)

@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from worker.research.study import OLD_PRIMARY
-from worker.research.study_analysis import Analysis
+from worker.research.study_analysis import Analysis, late_trend
 from worker.research.study_text import (
     caveats,
     describe,
     format_p,
     format_pct,
-    late_slope,
     seed_advice,
     trend_words,
 )
@@ -99,12 +98,11 @@ def old_answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
 
     lines += ["", "### What would change this answer", ""]
     lines.append(seed_advice(primary, analysis.family_size))
-    slope = late_slope(results, analysis)
-    if slope is not None:
-        trend = trend_words(slope)
+    late = late_trend(results, analysis, min(analysis.resamples, 2000))
+    if late is not None:
         lines.append(
             f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
-            f"(all arms) was {trend}: {slope:+.4f} per round. The paper ran 2000 rounds; sharing "
+            f"(all arms; least squares per seed, mean over seeds) was {trend_words(late)}. The paper ran 2000 rounds; sharing "
             "may matter more (or less) once the isolated agents plateau, which short runs cannot show."
         )
     zero = [

@@ -14,6 +14,7 @@ from typing import Any
 from worker.research.study import (
     ARM_ORDER,
     BASELINE,
+    FAMILY,
     MECHANISM_METRICS,
     PAPER_CUMULATIVE,
     PRIMARY,
@@ -21,27 +22,44 @@ from worker.research.study import (
     order_arms,
     seed_key,
 )
-from worker.research.study_analysis import Analysis, Comparison, analyse
+from worker.research.study_analysis import (
+    Analysis,
+    Comparison,
+    TimeCourse,
+    analyse,
+    late_trend,
+    time_courses,
+)
 from worker.research.study_old_design import old_answer
 from worker.research.study_text import (
+    CROSSOVER_RULE,
     caveats,
     cell_means,
     describe,
     format_interval,
     format_p,
     format_pct,
-    late_slope,
     seed_advice,
     significant,
+    time_course_answer,
+    time_course_rows,
     trend_words,
+    verdict_words,
 )
 from worker.research.study_v3_text import answer_v3, compute_rows, semantics_rows
 from worker.shared import stats
 from worker.shared.arms import pool_share_window
 
 
-def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: int) -> list[Path]:
-    """Curves with bands, cumulative reward per seed, and paired differences, as PNGs."""
+def _plot(
+    results: dict[str, Any],
+    analysis: Analysis,
+    stem: Path,
+    resamples: int,
+    courses: list[TimeCourse] | None = None,
+) -> list[Path]:
+    """Curves with bands, cumulative reward per seed, paired differences, and (``courses``) the
+    paired differences over rounds, as PNGs."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display on a server or in CI
@@ -175,6 +193,42 @@ def _plot(results: dict[str, Any], analysis: Analysis, stem: Path, resamples: in
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
         save(figure, "compute")
+
+    # 5. The time course: paired difference per round, mean over seeds with a pointwise band.
+    if courses:
+        columns = min(3, len(courses))
+        rows = math.ceil(len(courses) / columns)
+        figure, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.2 * rows), squeeze=False)
+        for axis, course in zip(axes.flat, courses, strict=False):
+            d = np.array(course.differences)
+            rounds = np.arange(1, d.shape[1] + 1)
+            axis.plot(rounds, d.mean(axis=0), color="#d62728", lw=1.2)
+            if d.shape[0] >= 2:
+                band = [stats.bootstrap_interval(d[:, r], resamples, seed=r) for r in range(d.shape[1])]
+                axis.fill_between(
+                    rounds, [b[0] for b in band], [b[1] for b in band], color="#d62728", alpha=0.2
+                )
+            for window in course.windows[1:]:
+                axis.axvline(window.first - 0.5, color="#999999", lw=0.8, ls=":")
+            for window in course.windows:
+                axis.hlines(
+                    window.difference.mean, window.first - 0.5, window.last + 0.5, color="black", lw=1.5
+                )
+            axis.axhline(0, color="black", lw=0.6)
+            axis.set_title(f"{course.a} - {course.b} ({d.shape[0]} seeds)", fontsize=9)
+            axis.grid(alpha=0.3)
+        for axis in axes.flat[len(courses) :]:
+            axis.set_visible(False)
+        for axis in axes.flat[: len(courses)]:
+            axis.set_xlabel("round", fontsize=8)
+        for axis in axes[:, 0]:
+            axis.set_ylabel("reward difference")
+        figure.suptitle(
+            "Paired difference per round (arm minus the other, same seed): red = mean over seeds, band = "
+            "95% bootstrap; black = window means (thirds)",
+            fontsize=10,
+        )
+        save(figure, "timecourse")
     return paths
 
 
@@ -237,9 +291,12 @@ def self_window_words(config: dict[str, Any]) -> str:
     return f"a window of its own last {window} groups (the pool holds {per_agent} per agent)"
 
 
-def context(results: dict[str, Any], by_pair: dict[tuple[str, str], Comparison]) -> list[str]:
+def context(
+    results: dict[str, Any], by_pair: dict[tuple[str, str], Comparison], headline_says_no_gain: bool = False
+) -> list[str]:
     """What the verdict on the primary does not say: whether 4/4 has a gain over 8/0 to explain at
-    all, how replay and fresh curation compare with 8/0, and whether the two J sides were as old."""
+    all (unless the headline said so), how replay and fresh curation compare with 8/0, and whether
+    the two J sides were as old."""
     lines = []
     gain, self_vs_plain, dyn = (
         by_pair.get(("4/4", "8/0")),
@@ -247,10 +304,14 @@ def context(results: dict[str, Any], by_pair: dict[tuple[str, str], Comparison])
         by_pair.get(("8/0-dyn", "8/0")),
     )
     if gain is not None and significant(gain) != "higher":
-        parts = [
-            f"\nBut at this scale there is **no gain of 4/4 over 8/0 to explain**: {describe(gain)} "
-            "(the paper: +94.6%)."
-        ]
+        parts = (
+            ["\nWhy there is none:"]
+            if headline_says_no_gain
+            else [
+                f"\nBut at this scale there is **no gain of 4/4 over 8/0 to explain**: {describe(gain)} "
+                "(the paper: +94.6%)."
+            ]
+        )
         if self_vs_plain is not None and significant(self_vs_plain) == "lower":
             parts.append(
                 "Replacing half of the fresh own groups by older ones costs reward: 4/4-self, which "
@@ -301,11 +362,31 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     s1, s2 = (by_pair.get(pair) for pair in SECONDARY)
     dyn = by_pair.get(("8/0-dyn", "8/0"))
     sharing, self_gain = significant(primary), significant(s2)
-    if sharing == "higher":
+    gain = by_pair.get(("4/4", "8/0"))
+    # The question asks about 4/4's gain: a one-word answer only where that gain is shown.
+    no_gain = gain is not None and significant(gain) != "higher"
+    n_family = analysis.family_size
+    holm_scope = (
+        f"over the {n_family} comparison{'s' if n_family != 1 else ''} of the family this file holds "
+        "(a follow-up, so exploratory)"
+        if config.get("follow_up")
+        else "over the pre-registered family"
+    )
+    if sharing == "higher" and no_gain:
+        assert gain is not None
+        verdict = (
+            f"**There is no gain of 4/4 over 8/0 to explain** at this scale ({scale}): {describe(gain)} "
+            "(the paper: +94.6%). What the pre-registered comparison does show is that other agents' "
+            "rollouts are worth more than the agent's own replayed ones: 4/4 beat its self-replay "
+            f"control 4/4-self, which trains on as many informative groups from "
+            f"{self_window_words(config)}, but its own. {describe(primary)}; Holm p = "
+            f"{format_p(primary.holm_p)} {holm_scope}."
+        )
+    elif sharing == "higher":
         verdict = (
             f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
             f"trains on as many informative groups from {self_window_words(config)}, but its own. "
-            f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} over the pre-registered family."
+            f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} {holm_scope}."
         )
     elif sharing == "lower":
         verdict = (
@@ -333,7 +414,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"(Holm p = {format_p(s2.holm_p) if s2 else 'n/a'}). {describe(primary)}."
         )
     lines.append(f"{question} {verdict}")
-    lines += context(results, by_pair)
+    lines += context(results, by_pair, headline_says_no_gain=sharing == "higher" and no_gain)
     n = len(primary.seeds)
     mde = (
         stats.minimum_detectable_effect(primary.sd, n, 0.05 / max(analysis.family_size, 1))
@@ -351,14 +432,7 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
     def line(c: Comparison | None, what: str) -> None:
         if c is None:
             return
-        v = c.verdict()
-        word = {
-            "higher": "higher",
-            "lower": "lower",
-            "suggestive-higher": "possibly higher (interval above zero, permutation test not significant)",
-            "suggestive-lower": "possibly lower (interval below zero, permutation test not significant)",
-            "inconclusive": "not distinguishable (interval contains zero)",
-        }[v]
+        word = verdict_words(c, "permutation test")
         holm = f"; Holm p = {format_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
         lines.append(f"- {what}: {c.a} vs {c.b} {word}; {describe(c)}{holm}.")
 
@@ -382,13 +456,13 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
             f"agent and round [{low:.1f}, {high:.1f}] ({len(questions)} seeds) against 8 for every "
             "other arm."
         )
+    lines += time_course_answer(results, analysis, [*FAMILY, ("4/4", "8/0")])
     lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
-    slope = late_slope(results, analysis)
-    if slope is not None:
-        trend = trend_words(slope)
+    late = late_trend(results, analysis, min(analysis.resamples, 2000))
+    if late is not None:
         lines.append(
             f"- **More rounds.** Over the last third of the {config['rounds']} rounds the mean reward "
-            f"(all arms) was {trend}: {slope:+.4f} per round."
+            f"(all arms; least squares per seed, mean over seeds) was {trend_words(late)}."
         )
     lines.append(
         f"- **A bigger tier and other tasks.** {config['tier']} on the `{config['tasks']}` tasks is a "
@@ -396,6 +470,38 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
         "Qwen2.5-0.5B with nine reasoning-gym tasks and 256-token completions."
     )
     return lines
+
+
+def compute_words(config: dict[str, Any]) -> str:
+    """The Setup's compute line: process-minutes over the cells this run computed; cells reused from
+    another file (``cells_reused``) are named and not counted."""
+    reused = config.get("cells_reused") or []
+    reused = [reused] if isinstance(reused, dict) else list(reused)
+    reused_arms = {entry.get("arm") for entry in reused}
+    cells = config.get("cells") or {}
+    mine = {k: c for k, c in cells.items() if k.split("|")[0] not in reused_arms}
+    if not reused_arms or not cells:
+        seconds, done = config.get("elapsed_seconds", 0), config.get("cells_done")
+        per_round = config.get("seconds_per_agent_round", float("nan"))
+        note = ""
+    else:
+        seconds = sum(c.get("seconds", 0.0) for c in mine.values())
+        done = len(mine)
+        agent_rounds = done * config["agents"] * config["rounds"]
+        per_round = seconds / agent_rounds if agent_rounds else float("nan")
+        others = len(cells) - done
+        source = ", ".join(sorted({f"{e.get('arm')} from {e.get('from')}" for e in reused}))
+        note = (
+            f"; not counted: the {others} reused cells ({source}), "
+            f"{(sum(c.get('seconds', 0.0) for c in cells.values()) - seconds) / 60:.1f} process-minutes "
+            "spent by the run that made them"
+        )
+    return (
+        f"- Compute: {seconds / 60:.1f} process-minutes over the {done} cells this run computed "
+        f"({config.get('wall_seconds', 0) / 60:.1f} minutes of wall clock), {per_round:.2f} s per "
+        f"agent-round and process, one torch thread per process, {config.get('jobs', 1)} process(es); "
+        f"{config.get('machine', '')}{note}."
+    )
 
 
 def write_report(
@@ -407,7 +513,11 @@ def write_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     analysis = analyse(results, resamples)
     config = results["config"]
-    images = _plot(results, analysis, out.with_suffix(""), min(resamples, 2000)) if analysis.arms else []
+    courses = [] if analysis.old_design else time_courses(results, analysis, analysis.resamples)
+    images = (
+        _plot(results, analysis, out.with_suffix(""), min(resamples, 2000), courses) if analysis.arms else []
+    )
+    image = {path.stem.rsplit("-", 1)[1]: path for path in images}
     arms = analysis.arms
     base = arms.get(BASELINE)
     by_pair = {(c.a, c.b): c for c in analysis.comparisons}
@@ -503,11 +613,7 @@ def write_report(
         f"- Seeds {config['seeds']}, the same for every arm: a seed fixes every agent's question stream "
         "and sampling seeds, so arms pair by seed.",
         f"- Cumulative reward: {config['cumulative_reward']}.",
-        f"- Compute: {config.get('elapsed_seconds', 0) / 60:.1f} process-minutes over "
-        f"{config.get('cells_done')} cells ({config.get('wall_seconds', 0) / 60:.1f} minutes of wall "
-        f"clock), {config.get('seconds_per_agent_round', float('nan')):.2f} s per agent-round and "
-        f"process, one torch thread per process, {config.get('jobs', 1)} process(es); "
-        f"{config.get('machine', '')}.",
+        compute_words(config),
         f"- Versions: {versions_text}.",
         "",
         "## The table beside the paper's",
@@ -556,6 +662,11 @@ def write_report(
             "Holm: adjusted over the rows of this table; the first row was fixed as the main "
             "question before the data, the others are exploratory."
             if analysis.old_design
+            else f"Holm: adjusted over the comparisons of the main study's pre-registered family that "
+            f"this file holds (the first {analysis.family_size} rows, marked *pre-registered*); this "
+            "run's setting was chosen after the data, so they are exploratory too. The other rows' p "
+            "is unadjusted."
+            if follow_up
             else f"Holm: adjusted over the pre-registered family only (the first "
             f"{analysis.family_size} rows, marked *pre-registered*); the other rows are exploratory "
             "and their p is unadjusted."
@@ -598,13 +709,28 @@ def write_report(
             "",
             *compute,
         ]
-        if len(images) > 3:
+        if "compute" in image:
             lines += [
                 "",
                 "Cumulative reward against the completion tokens an agent generated (mean over seeds):",
                 "",
-                f"![reward against generated tokens]({images[3].name})",
+                f"![reward against generated tokens]({image['compute'].name})",
             ]
+    if courses:
+        lines += [
+            "",
+            "## Time course",
+            "",
+            f"{CROSSOVER_RULE} Each cell: the mean difference in reward per round, its 95% bootstrap "
+            "and t-intervals, the relative difference (sum of the first arm's rewards over the window "
+            "and seeds over the second's, minus 1) and the seeds above 0. Slope: least squares of the "
+            "per-round difference on the round, per seed, then the mean over seeds with both "
+            "intervals (in brackets: seeds with a negative slope, of n).",
+            "",
+            *time_course_rows(courses),
+        ]
+        if "timecourse" in image:
+            lines += ["", f"![paired differences over rounds]({image['timecourse'].name})"]
     lines += ["", "## Reward curves", ""]
     if images:
         lines += [
@@ -612,16 +738,16 @@ def write_report(
             "95% percentile bootstrap interval of that mean over seeds (uncertainty of the mean, "
             "not the spread of agents).",
             "",
-            f"![reward curves]({images[0].name})",
+            f"![reward curves]({image['curves'].name})",
             "",
             "Cumulative reward of every seed (grey, lines join one seed's arms) and the mean with its "
             "interval:",
             "",
-            f"![cumulative reward per seed]({images[1].name})",
+            f"![cumulative reward per seed]({image['cumulative'].name})",
             "",
             "Paired differences seed by seed, with the mean and its interval:",
             "",
-            f"![paired differences]({images[2].name})",
+            f"![paired differences]({image['differences'].name})",
             "",
         ]
     lines += ["## Answer", "", *answer(results, analysis), ""]

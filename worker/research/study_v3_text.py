@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.research.study import QUESTIONS_PER_ROUND, V3_PRIMARY, V3_SECONDARY, order_arms, resolve_arm
-from worker.research.study_analysis import Analysis, Comparison
+from worker.research.study import (
+    QUESTIONS_PER_ROUND,
+    V3_FAMILY,
+    V3_PRIMARY,
+    V3_SECONDARY,
+    order_arms,
+    resolve_arm,
+)
+from worker.research.study_analysis import CROSSES, Analysis, Comparison, time_course
 from worker.research.study_text import (
     caveats,
     cell_means,
@@ -16,7 +23,10 @@ from worker.research.study_text import (
     format_p,
     format_pct,
     seed_advice,
+    shape_words,
     significant,
+    time_course_answer,
+    verdict_words,
 )
 from worker.shared import stats
 
@@ -97,13 +107,7 @@ def compute_rows(results: dict[str, Any], analysis: Analysis, resamples: int) ->
 def _line(lines: list[str], c: Comparison | None, what: str) -> None:
     if c is None:
         return
-    word = {
-        "higher": "higher",
-        "lower": "lower",
-        "suggestive-higher": "possibly higher (bootstrap interval above zero, sign-flip test not significant)",
-        "suggestive-lower": "possibly lower (bootstrap interval below zero, sign-flip test not significant)",
-        "inconclusive": "not distinguishable (interval contains zero)",
-    }[c.verdict()]
+    word = verdict_words(c)
     holm = f"; Holm p = {format_p(c.holm_p)}" if c.preregistered else " (exploratory, unadjusted)"
     lines.append(f"- {what}: {c.a} vs {c.b} {word}; {describe(c)}{holm}.")
 
@@ -126,12 +130,20 @@ def answer_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
         lines.append(f"{question} Not answerable from this file: 4/4@B4 and 8/0 have no common seed.")
         return lines
     verdict = significant(primary)
-    if verdict == "higher":
+    if len(primary.seeds) < 2:
+        text = (
+            f"**No verdict yet**: 4/4@B4 and 8/0 have {len(primary.seeds)} paired seed so far (a "
+            "verdict needs at least 2)."
+        )
+    elif verdict == "higher":
         text = f"**Yes for 4/4@B4**, at this scale ({scale}): it beat 8/0 at half the generation."
     elif verdict == "lower":
         text = f"**No: 4/4@B4 did worse than 8/0**, at this scale ({scale})."
     else:
         text = f"**Cannot tell for 4/4@B4**, at this scale ({scale}): not significant after Holm."
+    course = time_course(results, *V3_PRIMARY, resamples=analysis.resamples)
+    if course is not None and len(course.seeds) >= 2 and course.shape == CROSSES:
+        text += f" Over the rounds it is not one effect: {shape_words(course)} (time course below)."
     lines.append(f"{question} {text} {describe(primary)}; Holm p = {format_p(primary.holm_p)}.")
     backfill = [by_pair.get(pair) for pair in V3_SECONDARY]
     lines.append("")
@@ -155,6 +167,7 @@ def answer_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
             + ", ".join(cost)
             + "; what each arm generated and trained on is in the compute table above."
         )
+    lines += time_course_answer(results, analysis, [*V3_FAMILY, ("4/4", "8/0")])
     lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
     return lines
 

@@ -214,8 +214,10 @@ def test_the_answer_says_when_there_is_no_gain_to_explain_and_when_the_j_sides_d
         "4/4-self": {str(s): {"batch/external_age": [1.7, 1.7]} for s in range(10)},
     }
     text = "\n".join(answer(results, analyse(results, 2000)))
-    assert "**Sharing**" in text  # the pre-registered rule: 4/4 above 4/4-self
-    assert "no gain of 4/4 over 8/0 to explain" in text
+    # 4/4 above 4/4-self (the pre-registered primary), but the question asks about a gain of 4/4
+    # that is not there: no one-word "Sharing" (issue #29 item 7); the headline says so instead
+    assert "**Sharing**" not in text and "**There is no gain of 4/4 over 8/0 to explain**" in text
+    assert "4/4 beat its self-replay control 4/4-self" in text
     assert "4/4-self, which replays its own, is below 8/0" in text
     assert "Curation of fresh groups is what helps here" in text
     assert "4/4-self's J-side groups were older (1.70 rounds for 4/4-self against 1.40 for 4/4" in text
@@ -512,12 +514,22 @@ def test_campaign_settings_run_the_study_arms_of_issue_29():
 
 def test_the_v2_reports_regenerate_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """v3 is a new design beside v2: `study-report` on v2's file (and the follow-up's) writes
-    exactly the committed report."""
+    exactly the committed report. The committed reports were regenerated deliberately with issue
+    #29's wording (items 4 and 7: time course, no one-word "Sharing" without a gain, "still
+    rising" and "possibly lower" only where both intervals agree, a follow-up's Holm scope and
+    compute without its reused cells); this test keeps them in step with the generator."""
     root = Path(__file__).parents[3]
     monkeypatch.chdir(root)
     for stem in ("sapo-table-cpu", "self-replay-age-matched"):
         out = write_report(Path(f"docs/experiments/{stem}.json"), tmp_path / f"{stem}.md")
         assert out.read_text() == (root / f"docs/experiments/{stem}.md").read_text(), stem
+    committed = (root / "docs/experiments/sapo-table-cpu.md").read_text()
+    assert "4/4 - 8/0 **crosses over** (from above to below 0)" in committed
+    assert "2/6 - 8/0 **crosses over**" in committed and "| 4/4 - 8/0 |" in committed
+    assert "**Sharing**" not in committed and "possibly lower" not in committed
+    assert "still rising" not in committed and "about flat (its intervals include 0)" in committed
+    follow = (root / "docs/experiments/self-replay-age-matched.md").read_text()
+    assert "over the pre-registered family" not in follow and "10 reused cells" in follow
 
 
 def test_study_batches_prints_what_each_arm_generated_and_trained_on(tmp_path: Path, capsys):
