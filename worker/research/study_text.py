@@ -204,10 +204,13 @@ def shape_words(tc: TimeCourse) -> str:
             "to cross over"
         )
     established = [w.label for w in tc.windows if w.difference.side != 0]
-    sign = "above" if tc.windows[0].difference.mean > 0 else "below"
-    return f"{name} stays {sign} 0 in every window" + (
-        f" (established in rounds {', '.join(established)})" if established else " (no window established)"
-    )
+    means = [w.difference.mean for w in tc.windows if w.difference.mean != 0]
+    if not means:
+        return f"{name} is 0 in every window"
+    sign = "above" if means[0] > 0 else "below"
+    if not established:
+        return f"{name}: the window means are {sign} 0 (or 0), none established: no sign shown"
+    return f"{name} stays {sign} 0 in every window (established in rounds {', '.join(established)})"
 
 
 def time_course_line(tc: TimeCourse) -> str:

@@ -124,6 +124,15 @@ def test_a_sign_change_without_both_signs_established_is_not_called_a_crossover(
     # and a difference of one sign throughout is neither
     steady = v2_results(lambda r: 0.01 + 0 * r)
     assert time_course(steady, "4/4", "8/0", resamples=2000).shape == ONE_SIGN
+    text = "\n".join(answer(steady, analyse(steady, 2000)))
+    assert "4/4 - 8/0 stays above 0 in every window (established in rounds 1-15, 16-30, 31-45)" in text
+    # one sign only by its means, within the noise: no sign claimed
+    faint = v2_results(lambda r: 0.0002 + 0 * r, noise=0.01)
+    course = time_course(faint, "4/4", "8/0", resamples=2000)
+    assert course.shape == ONE_SIGN and {w.difference.side for w in course.windows} == {0}
+    text = "\n".join(answer(faint, analyse(faint, 2000)))
+    assert "- 4/4 - 8/0: the window means are above 0 (or 0), none established: no sign shown" in text
+    assert "4/4 - 8/0 stays above" not in text
 
 
 def test_the_crossover_rule_needs_both_intervals():
