@@ -283,12 +283,26 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
 
 
 def self_window_words(config: dict[str, Any]) -> str:
-    """4/4-self's window in words: as large as the pool's per agent (the design's default), or the
-    size a run chose (a follow-up matches the rollouts' age instead)."""
+    """4/4-self's window in words, without calling it the pool's equal: as many groups per agent as
+    the pool holds (the design's default) or the size a run chose, but only the agent's own: the
+    pool also offers 4/4 the other agents' groups, and the window holds groups the agent already
+    trained on as its own picks (worker/engine/agent.py: its last groups, this round's picks
+    excluded)."""
     window, per_agent = config.get("self_window"), pool_share_window(config["pool_window"], config["agents"])
-    if window in (None, per_agent):
-        return "a window of the same size"
-    return f"a window of its own last {window} groups (the pool holds {per_agent} per agent)"
+    window = per_agent if window is None else window
+    others = config["pool_window"] - per_agent
+    definition = (config.get("arm_definitions") or {}).get("4/4-self") or {}
+    own, batch = definition.get("num_local", 4), config.get("questions_per_round", 8)
+    size = (
+        f"as many as the pool holds per agent, {config['pool_window']} over {config['agents']} agents"
+        if window == per_agent
+        else f"the pool holds {per_agent} per agent"
+    )
+    return (
+        f"its own last {window} groups ({size}; the pool also offers 4/4 the other agents' {others}, "
+        f"and up to {own} of each round's {batch} own groups in the window were already trained on as "
+        "its own picks)"
+    )
 
 
 def context(
@@ -372,20 +386,28 @@ def answer(results: dict[str, Any], analysis: Analysis) -> list[str]:
         if config.get("follow_up")
         else "over the pre-registered family"
     )
-    if sharing == "higher" and no_gain:
+    if sharing == "higher" and gain is None:
+        verdict = (
+            f"**Other agents' rollouts beat self-replay** at this scale ({scale}); this file has no "
+            "4/4 - 8/0 comparison, so it does not show a gain of 4/4 to explain. 4/4 beat its "
+            f"self-replay control 4/4-self, which trains on as many informative groups from "
+            f"{self_window_words(config)}. {describe(primary)}; Holm p = {format_p(primary.holm_p)} "
+            f"{holm_scope}."
+        )
+    elif sharing == "higher" and no_gain:
         assert gain is not None
         verdict = (
             f"**There is no gain of 4/4 over 8/0 to explain** at this scale ({scale}): {describe(gain)} "
             "(the paper: +94.6%). What the pre-registered comparison does show is that other agents' "
             "rollouts are worth more than the agent's own replayed ones: 4/4 beat its self-replay "
             f"control 4/4-self, which trains on as many informative groups from "
-            f"{self_window_words(config)}, but its own. {describe(primary)}; Holm p = "
+            f"{self_window_words(config)}. {describe(primary)}; Holm p = "
             f"{format_p(primary.holm_p)} {holm_scope}."
         )
     elif sharing == "higher":
         verdict = (
             f"**Sharing**, at this scale ({scale}): 4/4 beat its self-replay control 4/4-self, which "
-            f"trains on as many informative groups from {self_window_words(config)}, but its own. "
+            f"trains on as many informative groups from {self_window_words(config)}. "
             f"{describe(primary)}; Holm p = {format_p(primary.holm_p)} {holm_scope}."
         )
     elif sharing == "lower":

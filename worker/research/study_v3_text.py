@@ -160,10 +160,14 @@ def answer_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
     ):
         _line(lines, by_pair.get(pair), what)
     gains = [(name, by_pair.get((name, "8/0"))) for name in ("4/4@B4", "backfill", "8/0-dyn")]
-    cost = [f"{name} {format_pct(c.gain)}" for name, c in gains if c is not None]
+    cost = [
+        f"{name} {format_pct(c.gain)} {format_interval(c.gain_interval, 1, 100)}% ({len(c.seeds)} seeds)"
+        for name, c in gains
+        if c is not None and len(c.seeds) >= 2
+    ]
     if cost:
         lines.append(
-            "- Gains over 8/0 in cumulative reward: "
+            "- Relative differences from 8/0 in cumulative reward (95% bootstrap, seeds as pairs): "
             + ", ".join(cost)
             + "; what each arm generated and trained on is in the compute table above."
         )

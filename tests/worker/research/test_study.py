@@ -277,11 +277,19 @@ def test_a_follow_up_run_is_labelled_as_not_pre_registered(tmp_path: Path):
     assert "Follow-up, not pre-registered" not in before
     assert "pre-registered in worker/research/study.py before the data" not in after
     assert "> **Follow-up, not pre-registered.** 4/4-self with a 27-group window" in after
-    assert "from a window of the same size, but its own" in before
+    # 4/4-self's window is not called the pool's equal (issue #29 item 7): only the agent's own
+    assert (
+        "from its own last 32 groups (as many as the pool holds per agent, 256 over 8 agents; the pool also offers 4/4 the other agents' 224, and up to 4 of each round's 8 own groups"
+        in before
+    )
+    assert "of the same size" not in before
     results["config"]["self_window"] = 27
     follow.write_text(json.dumps(results))
     resized = write_report(follow, resamples=200).read_text()
-    assert "from a window of its own last 27 groups (the pool holds 32 per agent), but its own" in resized
+    assert (
+        "from its own last 27 groups (the pool holds 32 per agent; the pool also offers 4/4 the other agents' 224"
+        in resized
+    )
 
 
 def test_campaign_preset_runs_the_same_arms():

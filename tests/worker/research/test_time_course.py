@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -238,11 +239,19 @@ def follow_up_results() -> dict:
 
 def test_a_follow_ups_holm_p_is_not_called_the_pre_registered_familys(tmp_path: Path):
     path = tmp_path / "follow.json"
-    path.write_text(json.dumps(follow_up_results()))
+    results = follow_up_results()
+    path.write_text(json.dumps(results))
     text = write_report(path, resamples=300).read_text()
     assert "> **Follow-up, not pre-registered.**" in text
     assert "over the pre-registered family" not in text
     assert "of the family this file holds (a follow-up, so exploratory)" in text
+    # the follow-up holds 4/4 and 4/4-self only: no gain over 8/0 shown, so no one-word "Sharing"
+    del results["arms"]["8/0"], results["curves"]["8/0"]
+    results["config"]["arms"].remove("8/0")
+    path.write_text(json.dumps(results))
+    text = write_report(path, resamples=300).read_text()
+    assert "**Sharing**" not in text and "**Other agents' rollouts beat self-replay**" in text
+    assert "this file has no 4/4 - 8/0 comparison, so it does not show a gain of 4/4 to explain" in text
 
 
 def test_the_compute_line_does_not_count_reused_cells():
@@ -280,6 +289,11 @@ def test_the_v3_report_reads_a_partial_file(tmp_path: Path):
     assert "4/4@B4 - 8/0: no verdict on the time course (1 paired seed" in text
     assert "| 4/4@B4 - 8/0 |" in text and "no verdict (< 2 seeds) |" in text
     assert "backfill - 8/0 **crosses over** (from above to below 0)" in text
+    # relative differences with their interval, and none for the arm with one paired seed
+    assert re.search(
+        r"from 8/0 in cumulative reward \(95% bootstrap, seeds as pairs\): backfill [+-]\d+\.\d% \[", text
+    )
+    assert "4/4@B4 +" not in text.split("Relative differences from 8/0")[1].split("\n")[0]
     assert "## Time course" in text and "](partial-timecourse.png)" in text
     assert (tmp_path / "partial-timecourse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not math.isnan(analyse(results, 300).arms["4/4@B4"].mean)
