@@ -297,3 +297,23 @@ def test_the_v3_report_reads_a_partial_file(tmp_path: Path):
     assert "## Time course" in text and "](partial-timecourse.png)" in text
     assert (tmp_path / "partial-timecourse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not math.isnan(analyse(results, 300).arms["4/4@B4"].mean)
+
+
+def test_the_v3_headline_says_when_its_primary_crosses_over():
+    """4/4@B4 above 8/0 over the run (every seed) but below it late: the headline's "Yes" is
+    followed by the crossover, not left as one number."""
+    rng = np.random.default_rng(12)
+    curves: dict[str, dict[int, list[float]]] = {n: {} for n in ("8/0", "4/4@B4", "backfill", "8/0-dyn")}
+    for s in range(10):
+        base = base_curve(s, rng)
+        for name in curves:
+            shift = 0.03 - 0.0012 * np.arange(ROUNDS) if name == "4/4@B4" else 0.0
+            curves[name][s] = list(base + shift + rng.normal(0, 0.001, ROUNDS))
+    results = results_from(curves, design="v3")
+    text = "\n".join(answer(results, analyse(results, 2000)))
+    headline = text.split("\n")[0]
+    assert "**Yes for 4/4@B4**" in headline
+    assert (
+        "Over the rounds it is not one effect: 4/4@B4 - 8/0 **crosses over** (from above to below 0)"
+        in headline
+    )
