@@ -27,32 +27,18 @@ import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
 from tests.servers import asgi_server, free_port, stop, worker_process
+from tests.system.conftest import ARTIFACTS, PHONE
 from worker.shared.campaign import CampaignConfig, ControlsConfig
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(settings.DATA_DIR) / "test-artifacts"
-PHONE = {"width": 390, "height": 844}
 # Boxes that must not cover each other: chart titles (HTML headings), plotly's axis titles, legends.
 OVERLAPS = """() => {
   const boxes = (selector) => Array.from(document.querySelectorAll(selector))
@@ -73,38 +59,6 @@ def site(transactional_db, tmp_path: Path):
     (where nginx would serve them), since the page loads plotly.js and its own scripts."""
     with asgi_server(tmp_path / "daphne.log", SERVE_STATIC="1") as base:
         yield base
-
-
-@pytest.fixture
-def page(monkeypatch):
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is missing: scripts/test.sh installs it (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of this test are
-    # plain sequential ones, so Django's async-safety guard can stand down.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.set_default_timeout(30_000)
-        page.csp_violations = []
-        page.on(
-            "console",
-            lambda message: (
-                page.csp_violations.append(message.text)
-                if "Content Security Policy" in message.text
-                else None
-            ),
-        )
-        try:
-            yield page
-            assert not page.csp_violations
-        finally:
-            browser.close()
-            # ORM calls made inside Playwright's sync API run in its context, with a connection
-            # of their own: close it, or it would outlive the test database.
-            connections.close_all()
 
 
 def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir, tmp_path):

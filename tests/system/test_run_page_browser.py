@@ -17,10 +17,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.db import connections
 
 from swarm_app.campaigns import lifecycle
@@ -28,29 +26,10 @@ from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
 from tests.campaigns.test_run_page import seed
 from tests.servers import asgi_server
+from tests.system.conftest import ARTIFACTS, PHONE
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(settings.DATA_DIR) / "test-artifacts"
-PHONE = {"width": 390, "height": 844}
-# Every securitypolicyviolation the document reports, recorded before the page's own scripts run.
-RECORD_VIOLATIONS = """
-window.__violations = [];
-document.addEventListener("securitypolicyviolation", (event) => {
-  window.__violations.push(event.violatedDirective + " " + event.blockedURI);
-});
-"""
 # The headline gain's element on screen: inside the viewport, in no table nor scrolling box.
 HEADLINE_BOX = """(tier) => {
   const value = document.querySelector(`.headline[data-tier="${tier}"] .headline-value`);
@@ -64,41 +43,6 @@ HEADLINE_BOX = """(tier) => {
           text: value.textContent, table: value.closest("table") !== null, scroller: scroller,
           scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }"""
-
-
-@pytest.fixture
-def page(monkeypatch):
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is missing: scripts/test.sh installs it (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls here are plain
-    # sequential ones, so Django's async-safety guard can stand down.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.set_default_timeout(30_000)
-        page.add_init_script(RECORD_VIOLATIONS)
-        page.console_problems = []
-        page.on(
-            "console",
-            lambda message: (
-                page.console_problems.append(message.text)
-                if message.type == "error" or "Content Security Policy" in message.text
-                else None
-            ),
-        )
-        page.on("pageerror", lambda error: page.console_problems.append(str(error)))
-        try:
-            yield page
-            # After the server has gone the page's socket fails to reconnect (a console error):
-            # the tests check for errors before that (no_errors); CSP violations never pass.
-            assert not [text for text in page.console_problems if "Content Security Policy" in text]
-            assert page.evaluate("window.__violations") == []
-        finally:
-            browser.close()
-            connections.close_all()
 
 
 def in_thread(call) -> None:
