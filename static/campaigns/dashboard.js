@@ -395,6 +395,12 @@
     head.replaceChildren(...cells);
   }
 
+  // The swarm's n counts swarms (independent), with its nodes beside; a control's counts seeds.
+  function unitWords(arm, a) {
+    if (arm !== "swarm" || a.nodes === undefined) return "";
+    return (a.agents === 1 ? " swarm, " : " swarms, ") + a.nodes + (a.nodes === 1 ? " node" : " nodes");
+  }
+
   function renderSummary(summary, shown) {
     const arms = shown || ARMS.map((arm) => ({ arm: arm, label: LABELS[arm] }));
     summaryHeader(arms);
@@ -410,7 +416,12 @@
         // An interval only from 2 or more agents; otherwise the server's words say why not.
         const cell = a ? valueCell(fmt(a.cumulative, 2), a.note,
           a.low !== null ? "[" + fmt(a.low, 2) + ", " + fmt(a.high, 2) + "]" : null) : el("td", "no data", "meta");
-        if (a) cell.append(" ", el("span", "n=" + a.agents, "n"));
+        if (a) cell.append(" ", el("span", "n=" + a.agents + unitWords(arm, a), "n"));
+        // One swarm: its nodes' spread, described as what it is (they share a pool).
+        if (a && a.spread) {
+          cell.append(" ", el("span", "nodes [" + fmt(a.spread.low, 2) + ", " + fmt(a.spread.high, 2) +
+            "]: " + a.spread.note, "spread"));
+        }
         cell.dataset.arm = arm;
         tr.appendChild(cell);
       }

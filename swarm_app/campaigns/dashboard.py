@@ -11,16 +11,19 @@ selects. Definitions (also in docs/web.md and on the page):
   those agents (population std).
 * **cumulative reward** (the SAPO paper's measure): the sum over rounds of the per-round mean.
 * **summary**: per tier, cumulative reward of each arm over the first H rounds, H being the
-  rounds every arm of the tier has reached: H x the mean over agents of each agent's mean
-  reward per round over exactly rounds 0..H-1 (workers for the swarm, seeds for the controls),
-  with a 95% percentile bootstrap interval over the same per-agent values (2,000 resamples,
-  seed 0): point and interval come from one set of numbers. It equals the sum of the per-round
-  means when every agent reported every round below H. The gain of the swarm over each control
-  arm, in %, is the ratio of the same two means, its interval a bootstrap over the same values.
-* **mechanism**: per tier and arm, over the same H, the mean over agents of each agent's mean
-  per round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
+  rounds every arm of the tier has reached: H x the mean over independent units of each unit's
+  mean reward per round over exactly rounds 0..H-1, with a 95% percentile bootstrap interval
+  over the same unit values (2,000 resamples, seed 0): point and interval come from one set of
+  numbers. A unit is a seed for a control and a *swarm* for the swarm arm (the mean over its
+  nodes: one swarm's nodes share a pool, so they are one replicate of "sharing", not n). With
+  one swarm (R = 1) the swarm has no interval, only its nodes' spread, labelled as such. It
+  equals the sum of the per-round means when every agent reported every round below H. The
+  gain of the swarm over each control arm, in %, is the ratio of the same two means, its
+  interval a bootstrap of swarms against seeds (none with one swarm).
+* **mechanism**: per tier and arm, over the same H, the mean over units of each unit's mean per
+  round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
   from other agents, age of the J side, share of clipped steps), with the same bootstrap
-  interval over agents and n: over-generation's generation cost sits beside its reward.
+  interval over units and n: over-generation's generation cost sits beside its reward.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Avg, Count, FloatField, Max, Q
 from django.db.models.fields.json import KT
@@ -72,6 +75,10 @@ BAND = (
 )
 # Shown instead of an interval computed from fewer than 2 agents (a point is not an interval).
 NO_INTERVAL = "no interval (1 node)"
+# The swarm arm counts once per swarm (its nodes share a pool: issue #26 item 2).
+ONE_SWARM = "one swarm: no interval"
+ONE_SWARM_GAIN = "one swarm: no interval for the gain"
+NODE_SPREAD = "spread across nodes of one swarm, not independent"
 GIB = 1024**3
 # A round's mean over agents of the completions each generated (the chart's compute axis).
 GENERATED_COMPLETIONS = Cast(KT("metric_means__generation/completions"), FloatField())
@@ -236,16 +243,49 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
 # --- summary -----------------------------------------------------------------------------------
 
 
+class AgentMeans(NamedTuple):
+    """Per (tier, arm), each independent unit's mean per round over the same rounds: a control
+    seed for a control, a swarm (the mean over its nodes) for the swarm arm, whose nodes share a
+    pool and are not independent of each other; ``metrics``: the same per mechanism key;
+    ``nodes``: the swarm arm's per-node values (a descriptive spread, never an interval)."""
+
+    units: dict[tuple[str, str], list[float]]
+    metrics: dict[tuple[str, str], dict[str, list[float]]]
+    nodes: dict[tuple[str, str], list[float]]
+
+
+def replicate_of(campaign: Campaign) -> dict[str, int]:
+    """{agent ("node:<id>"): the swarm it trains in (0..R-1)} for the campaign's swarm nodes."""
+    from swarm_app.coordinator.models import WorkerNode
+
+    rows = WorkerNode.objects.filter(campaign=campaign).values_list("node_id", "replicate")
+    return {f"node:{node_id}": replicate for node_id, replicate in rows}
+
+
+def _unit_means(per_agent: dict[tuple[str, str, str], float], replicates: dict[str, int]) -> dict:
+    """{(tier, arm, agent): value} -> {(tier, arm): [value per independent unit]}: a control's
+    agents are its seeds; the swarm's nodes count once per swarm (the mean over its nodes; a
+    node the coordinator does not know counts in swarm 0)."""
+    units: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for (tier, arm, agent), value in per_agent.items():
+        unit = f"swarm:{replicates.get(agent, 0)}" if arm == Arm.SWARM else agent
+        units[(tier, arm, unit)].append(value)
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (tier, arm, _unit), values in sorted(units.items()):
+        out[(tier, arm)].append(sum(values) / len(values))
+    return out
+
+
 def _agent_means(
     campaign: Campaign,
     horizon: dict[str, int],
     start: dict[str, int] | None = None,
     with_metrics: bool = True,
-) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], dict[str, list[float]]]]:
-    """{(tier, arm): [each agent's mean reward per round over rounds start..H-1]} (start 0 by
-    default), and {(tier, arm): {mechanism key: [each agent's mean of it per reporting round,
-    same rounds]}}: exactly those rounds (rollups.blocks_between), so that a point and its
-    interval come from the same numbers."""
+) -> AgentMeans:
+    """Each unit's mean reward per round over rounds start..H-1 (start 0 by default) and its
+    mean per reporting round of each mechanism key, over exactly those rounds
+    (rollups.blocks_between), so that a point and its interval come from the same numbers: an
+    agent's mean first, then the mean over the agents of a unit (AgentMeans)."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     metric_sums: dict[tuple[str, str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(lambda: [0.0, 0])
@@ -259,54 +299,75 @@ def _agent_means(
                 metric = metric_sums[(tier, block.arm, block.agent)][key]
                 metric[0] += total
                 metric[1] += count
-    means: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (tier, arm, _agent), (total, rounds) in sums.items():
-        if rounds:
-            means[(tier, arm)].append(total / rounds)
-    metric_means: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for (tier, arm, _agent), by_key in metric_sums.items():
-        for key, (total, count) in by_key.items():
+    replicates = replicate_of(campaign) if any(arm == Arm.SWARM for _, arm, _ in sums) else {}
+    per_agent = {key: total / rounds for key, (total, rounds) in sums.items() if rounds}
+    nodes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (tier, arm, _agent), value in per_agent.items():
+        if arm == Arm.SWARM:
+            nodes[(tier, arm)].append(value)
+    by_key: dict[str, dict[tuple[str, str, str], float]] = defaultdict(dict)
+    for agent_key, key_sums in metric_sums.items():
+        for key, (total, count) in key_sums.items():
             if count:
-                metric_means[(tier, arm)][key].append(total / count)
-    return means, metric_means
+                by_key[key][agent_key] = total / count
+    metrics: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
+    for key, values in by_key.items():
+        for tier_arm, unit_values in _unit_means(values, replicates).items():
+            metrics[tier_arm][key] = unit_values
+    return AgentMeans(_unit_means(per_agent, replicates), metrics, nodes)
 
 
-def estimate(values: Sequence[float]) -> dict[str, Any]:
-    """Mean over agents with its 95% bootstrap interval (none from fewer than 2) and n."""
+def estimate(values: Sequence[float], arm: str = "") -> dict[str, Any]:
+    """Mean over independent units (seeds; swarms for the swarm arm) with its 95% bootstrap
+    interval (none from fewer than 2) and n."""
     interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
     return {
         "mean": sum(values) / len(values) if values else None,
         "low": interval[0] if interval else None,
         "high": interval[1] if interval else None,
         "agents": len(values),
-        "note": interval_note(len(values)),
+        "note": interval_note(len(values), arm),
     }
 
 
-def interval_note(n: int) -> str | None:
-    """What the page shows instead of an interval computed from ``n`` agents (None: a real one)."""
+def interval_note(n: int, arm: str = "") -> str | None:
+    """What the page shows instead of an interval computed from ``n`` units (None: a real one)."""
     if n == 0:
         return "-"
-    return NO_INTERVAL if n < 2 else None
+    if n >= 2:
+        return None
+    return ONE_SWARM if arm == Arm.SWARM else NO_INTERVAL
 
 
 def gain_row(
     value: float | None, a: Sequence[float], b: Sequence[float], n_a: int, n_b: int
 ) -> dict[str, Any]:
-    """A gain in %, its 95% interval (independent bootstrap over the two arms' agents:
-    stats.ratio_interval) and the n of both arms; with fewer than 2 agents in either arm no
-    interval, and a note saying so."""
+    """The swarm's gain in %, its 95% interval (independent bootstrap of the swarms ``a`` against
+    the control seeds ``b``: stats.ratio_interval) and both n; with one swarm, or one seed, no
+    interval and a note saying why."""
     interval = stats.ratio_interval(a, b, BOOTSTRAP_RESAMPLES) if value is not None else None
     note = None
-    if value is not None and min(n_a, n_b) < 2:
+    if value is not None and n_a < 2:
+        note = ONE_SWARM_GAIN
+    elif value is not None and n_b < 2:
         note = NO_INTERVAL
     return {
         "value": value,
-        "low": interval[0] * 100 if interval else None,
-        "high": interval[1] * 100 if interval else None,
+        "low": interval[0] * 100 if interval and not note else None,
+        "high": interval[1] * 100 if interval and not note else None,
         "n": [n_a, n_b],
         "note": note,
     }
+
+
+def node_spread(nodes: Sequence[float], h: int) -> dict[str, Any] | None:
+    """One swarm's nodes, described (not an interval: they share a pool): H x (mean ± 1
+    population std across its nodes), None from fewer than 2 nodes."""
+    if len(nodes) < 2:
+        return None
+    mean = sum(nodes) / len(nodes)
+    std = math.sqrt(sum((v - mean) ** 2 for v in nodes) / len(nodes))
+    return {"low": h * (mean - std), "high": h * (mean + std), "nodes": len(nodes), "note": NODE_SPREAD}
 
 
 def horizons(grouped: dict) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
@@ -341,11 +402,11 @@ def arms_shown(campaign: Campaign, grouped: dict) -> list[dict[str, str]]:
     ]
 
 
-def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) -> dict[str, Any]:
+def summary(campaign: Campaign, grouped: dict, means: AgentMeans | None = None) -> dict[str, Any]:
     """Per tier: cumulative reward per arm over the common horizon, intervals, gains, n."""
     reached, horizon = horizons(grouped)
-    if agent_means is None:
-        agent_means, _ = _agent_means(campaign, horizon)
+    if means is None:
+        means = _agent_means(campaign, horizon)
     reference = reference_control(campaign)
     result: dict[str, Any] = {}
     for tier in tiers_of(campaign, grouped):
@@ -356,27 +417,31 @@ def summary(campaign: Campaign, grouped: dict, agent_means: dict | None = None) 
             if not rows:
                 arms[arm] = None
                 continue
-            values = agent_means.get((tier, arm), [])
+            values = means.units.get((tier, arm), [])
             # The point from the values the interval resamples (not from the per-round means).
             cumulative = h * sum(values) / len(values) if values else 0.0
-            # One agent has no spread to resample: no interval (not a zero-width one).
+            # One unit has no spread to resample: no interval (not a zero-width one).
             interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
             arms[arm] = {
                 "cumulative": cumulative,
                 "low": interval[0] * h if interval else None,
                 "high": interval[1] * h if interval else None,
                 "agents": len(values),
-                "note": interval_note(len(values)),
+                "note": interval_note(len(values), arm),
                 "reached": reached[tier].get(arm, 0),
             }
+            if arm == Arm.SWARM:
+                nodes = means.nodes.get((tier, arm), [])
+                arms[arm]["nodes"] = len(nodes)
+                arms[arm]["spread"] = node_spread(nodes, h) if len(values) == 1 else None
 
         def gain(baseline: str, arms: dict[str, Any] = arms, tier: str = tier) -> dict[str, Any]:
             swarm, base = arms.get(Arm.SWARM), arms.get(baseline)
             value = gain_percent(swarm["cumulative"] if swarm else None, base["cumulative"] if base else None)
             return gain_row(
                 value,
-                agent_means.get((tier, Arm.SWARM), []),
-                agent_means.get((tier, baseline), []),
+                means.units.get((tier, Arm.SWARM), []),
+                means.units.get((tier, baseline), []),
                 swarm["agents"] if swarm else 0,
                 base["agents"] if base else 0,
             )
@@ -416,22 +481,21 @@ def window_edges(h: int) -> list[int]:
 
 def _windows(campaign: Campaign, horizon: dict[str, int]) -> list[tuple[dict, dict, dict]]:
     """[(start, end, agent means)] per window of each tier's horizon (tiers whose H has at least
-    WINDOWS rounds; window_edges), each window's per-agent reward means over exactly its rounds."""
+    WINDOWS rounds; window_edges), each window's per-unit reward means over exactly its rounds."""
     edges = {tier: window_edges(h) for tier, h in horizon.items() if h >= WINDOWS}
     out = []
     for index in range(WINDOWS):
         start = {tier: cut[index] for tier, cut in edges.items()}
         end = {tier: cut[index + 1] for tier, cut in edges.items()}
-        means, _ = _agent_means(campaign, end, start, with_metrics=False)
-        out.append((start, end, means))
+        out.append((start, end, _agent_means(campaign, end, start, with_metrics=False).units))
     return out
 
 
 def window_row(start: int, end: int, means: dict[tuple[str, str], list[float]], tier: str) -> dict[str, Any]:
     """One window of rounds start..end-1: each arm's mean reward per round (the mean over its
     agents, 95% bootstrap interval, n) and the swarm's gain over each control arm in % (ratio of
-    the same means, stats.ratio_interval over the same per-agent values)."""
-    arms = {arm.value: estimate(means[(tier, arm)]) for arm in ARMS if means.get((tier, arm))}
+    the same means, stats.ratio_interval over the same per-unit values)."""
+    arms = {arm.value: estimate(means[(tier, arm)], arm) for arm in ARMS if means.get((tier, arm))}
     gains = {}
     for arm in CONTROL_ARMS:
         swarm, base = means.get((tier, Arm.SWARM), []), means.get((tier, arm), [])
@@ -441,12 +505,16 @@ def window_row(start: int, end: int, means: dict[tuple[str, str], list[float]], 
     return {"start": start, "end": end, "arms": arms, "gains": gains}
 
 
-def mechanism(campaign: Campaign, grouped: dict, metric_means: dict | None = None) -> dict[str, Any]:
+def mechanism(
+    campaign: Campaign,
+    grouped: dict,
+    metric_means: dict[tuple[str, str], dict[str, list[float]]] | None = None,
+) -> dict[str, Any]:
     """Per tier and arm with data, over the summary's H: each of MECHANISM_KEYS as the mean over
-    agents of their per-round means, with a 95% bootstrap interval over agents and n."""
+    units (seeds, swarms) of their per-round means, with a 95% bootstrap interval over units and n."""
     _, horizon = horizons(grouped)
     if metric_means is None:
-        _, metric_means = _agent_means(campaign, horizon)
+        metric_means = _agent_means(campaign, horizon).metrics
     result: dict[str, Any] = {}
     for tier in tiers_of(campaign, grouped):
         arms = {}
@@ -454,7 +522,7 @@ def mechanism(campaign: Campaign, grouped: dict, metric_means: dict | None = Non
             if not grouped.get((tier, arm)):
                 continue
             by_key = metric_means.get((tier, arm), {})
-            arms[arm.value] = {key: estimate(by_key[key]) for key in MECHANISM_KEYS if by_key.get(key)}
+            arms[arm.value] = {key: estimate(by_key[key], arm) for key in MECHANISM_KEYS if by_key.get(key)}
         result[tier] = {"horizon": horizon.get(tier, 0), "arms": arms}
     return result
 
@@ -689,15 +757,15 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
     # Every number below is over the rounds that every live agent has reported (settled_rounds).
     settled = settled_rounds(campaign, grouped)
     complete = settled_only(grouped, settled)
-    agent_means, metric_means = _agent_means(campaign, horizons(complete)[1])
+    means = _agent_means(campaign, horizons(complete)[1])
     return {
         "campaign": campaign_info(campaign),
         "arms": arms_shown(campaign, grouped),
         "reference": reference_control(campaign),
         "settled": by_tier(settled),
         "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
-        "summary": summary(campaign, complete, agent_means),
-        "mechanism": mechanism(campaign, complete, metric_means),
+        "summary": summary(campaign, complete, means),
+        "mechanism": mechanism(campaign, complete, means.metrics),
         "pool": pool_stats(campaign, complete, step),
         "workers": worker_rows(campaign),
         "worker_counts": worker_counts(campaign),

@@ -24,7 +24,13 @@ from django.utils import timezone
 
 from swarm_app.coordinator.models import WorkerToken
 from worker.shared.arms import CONTROL_KINDS
-from worker.shared.campaign import CAMPAIGN_PRESETS, CampaignConfig, ConfigError, ControlsConfig
+from worker.shared.campaign import (
+    CAMPAIGN_PRESETS,
+    MAX_REPLICATES,
+    CampaignConfig,
+    ConfigError,
+    ControlsConfig,
+)
 from worker.shared.config import GRPOConfig
 from worker.shared.hardware import cpu_host
 from worker.shared.questions import PRESETS as TASK_PRESETS
@@ -231,6 +237,14 @@ class CampaignForm(forms.Form):
         max_value=2**31 - 1,
         help_text="seeds the question stream and the controls (control k uses seed + k): same seed, same questions",
     )
+    replicates = forms.IntegerField(
+        label="Independent swarms per tier (R)",
+        min_value=1,
+        max_value=MAX_REPLICATES,
+        help_text="nodes are spread over R swarms that share only among themselves; the gain's "
+        "interval compares swarms with control seeds (with R = 1 the gain has no interval: one "
+        "swarm's nodes share a pool and are not independent)",
+    )
     controls_isolated = forms.BooleanField(
         label="Plain isolated control (I + J)/0",
         required=False,
@@ -370,6 +384,7 @@ class CampaignForm(forms.Form):
             "decay_rounds": config.decay_rounds,
             "rounds": config.rounds,
             "seed": config.seed,
+            "replicates": config.replicates,
             "controls_isolated": config.controls.isolated,
             "controls_filtered": config.controls.filtered,
             "controls_self_replay": config.controls.self_replay,
@@ -497,6 +512,7 @@ class CampaignForm(forms.Form):
             "decay_rounds": data["decay_rounds"],
             "rounds": data["rounds"],
             "seed": data["seed"],
+            "replicates": data["replicates"],
             "max_new_tokens": data["max_new_tokens"],
             "grpo": grpo,
             "controls": ControlsConfig(

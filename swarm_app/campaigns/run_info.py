@@ -15,9 +15,9 @@ the tests all read one computation. Definitions (also in docs/web.md, "The run p
   campaign's reference control, with its 95% interval and both arms' n.
 * **verdict** (once finished): per tier, from that gain and its windows (thirds of H): "no
   difference this campaign can detect" when the 95% interval includes 0, higher or lower when it
-  excludes it, no verdict where an arm has one agent (no interval). The n says what is
-  independent: control seeds are independent runs; the swarm's nodes share one pool, so they
-  are one replicate of sharing, not n.
+  excludes it, no verdict where there is no interval (one swarm, or one control seed). The n
+  says what is independent: control seeds and swarms are independent runs; the nodes of one
+  swarm share its pool, so each swarm counts once, whatever its nodes.
 """
 
 from __future__ import annotations
@@ -44,11 +44,10 @@ STRATEGY_WORDS = {
     "uniform": "any group, uniformly",
 }
 INDEPENDENCE = (
-    "What is independent: each control seed is a separate run, so the seeds are independent "
-    "replicates. The swarm's nodes share one pool and train on each other's rollouts, so they "
-    "are not independent replicates of sharing: one swarm is one replicate, whatever its n. An "
-    "interval that resamples the nodes as if they were independent is narrower than what this "
-    "campaign shows about sharing."
+    "What is independent: each control seed is a separate run, and each swarm is a separate "
+    "pool, so seeds and swarms are independent replicates. The nodes of one swarm share its "
+    "pool and train on each other's rollouts, so they are not: each swarm counts once, whatever "
+    "its nodes, and a campaign with one swarm per model size has no interval for its gain."
 )
 ETA_NOTE = (
     "Time left is an estimate from the rate so far: each arm's rounds done (reported by all of "
@@ -222,7 +221,7 @@ def headline(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
         row["interval"] = interval_text(gain.get("low"), gain.get("high"))
         row["note"] = None if row["interval"] else gain.get("note") or "no interval"
         n = gain.get("n") or [0, 0]
-        row["n"] = f"n = {n[0]} vs {n[1]}"
+        row["n"] = f"n = {plural(n[0], 'swarm')} vs {plural(n[1], 'seed')}"
     return row
 
 
@@ -244,7 +243,7 @@ JUDGEMENT_WORDS = {
     "higher": "higher (the 95 % interval is above 0)",
     "lower": "lower (the 95 % interval is below 0)",
     "none": "no difference this campaign can detect (the 95 % interval includes 0)",
-    "no interval": "no interval (one agent in an arm), so no verdict",
+    "no interval": "no interval (one swarm, or one control seed), so no verdict",
     "unknown": "no data",
 }
 
@@ -285,8 +284,9 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
         )
     else:
         lines.append(
-            f"Over {span} the swarm's cumulative reward is {figure} against {ref}, but an arm has "
-            "one agent, so there is no interval and this campaign gives no verdict."
+            f"Over {span} the swarm's cumulative reward is {figure} against {ref}, but "
+            f"{'there is one swarm' if (gain.get('n') or [0])[0] < 2 else 'there is one control seed'}, "
+            "so there is no interval and this campaign gives no verdict."
         )
     windows = summary.get("windows") or []
     if windows:
@@ -303,10 +303,20 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
             parts.append(f"{rounds}: {shown}, {JUDGEMENT_WORDS[judge(g)].split(' (')[0]}")
         lines.append("By window (thirds of the rounds): " + "; ".join(parts) + ".")
     n_swarm, n_ref = (gain.get("n") or [0, 0])[:2]
+    nodes = ((summary.get("arms") or {}).get("swarm") or {}).get("nodes")
+    of_nodes = f" of {plural(nodes, 'node')} in all" if nodes else ""
+    if n_swarm == 1:
+        independence = (
+            "The seeds are independent runs; the swarm's nodes share one pool, so it is one "
+            "replicate of sharing: one swarm, no interval for the gain."
+        )
+    else:
+        independence = (
+            "The seeds and the swarms are independent runs; the nodes of a swarm share its pool, "
+            "so each swarm counts once."
+        )
     lines.append(
-        f"n = {plural(n_swarm, 'swarm node')} vs {plural(n_ref, ref + ' seed')}. The seeds are "
-        f"independent runs; the swarm's nodes share one pool, so they are one replicate of sharing, "
-        f"not {n_swarm}."
+        f"n = {plural(n_swarm, 'swarm')}{of_nodes} vs {plural(n_ref, ref + ' seed')}. {independence}"
     )
     return {"tier": tier, "judgement": judgement, "lines": lines}
 
@@ -395,6 +405,14 @@ def settings_fields(config: Mapping[str, Any]) -> list[dict[str, str]]:
     add(("Pool groups trained on", STRATEGY_WORDS.get(cfg.external_strategy, cfg.external_strategy)))
     scope = "of the node's own model size" if cfg.pool_within_tier else "of every model size"
     add(("Pool", f"a node draws from the most recent {cfg.pool_window} rollouts {scope}"))
+    if cfg.replicates > 1:
+        swarms = (
+            f"{cfg.replicates} independent swarms per model size; a node shares only with its own "
+            "swarm, and the gain's interval compares swarms with control seeds"
+        )
+    else:
+        swarms = "one swarm per model size: its nodes share a pool, so the gain has no interval"
+    add(("Swarms", swarms))
     add(("Tasks", "; ".join(_task(task) for task in cfg.tasks)))
     kinds = cfg.control_kinds()
     if kinds:

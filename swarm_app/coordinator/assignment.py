@@ -1,4 +1,5 @@
-"""Which model tier a worker trains: the largest of the campaign's tiers its hardware fits."""
+"""Which model tier a worker trains (the largest of the campaign's tiers its hardware fits), and
+which of the tier's independent swarms it joins (the one with the fewest connected nodes)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,10 @@ def assign_tier(tiers: list[str], hardware: dict[str, Any], preferred: str | Non
         raise ProtocolError(ErrorCode.NO_TIER_FITS, "; ".join(reason for _, reason in verdicts.values()))
     best = max(fitting, key=lambda name: TIERS[name].params)
     return best, f"largest tier that fits: {verdicts[best][1]}"
+
+
+def assign_replicate(replicates: int, connected: dict[int, int], joined: dict[int, int]) -> int:
+    """The swarm (0..replicates-1) a new node joins: the fewest connected nodes, then the fewest
+    nodes ever joined, then the lowest number, so that volunteers who leave are replaced where
+    they left and every swarm fills before any grows."""
+    return min(range(replicates), key=lambda r: (connected.get(r, 0), joined.get(r, 0), r))

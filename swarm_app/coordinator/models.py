@@ -59,6 +59,9 @@ class WorkerNode(models.Model):
     # RESTRICT: a token cannot be deleted while its nodes exist, but deleting the campaign deletes both.
     token = models.ForeignKey(WorkerToken, on_delete=models.RESTRICT, related_name="nodes")
     tier = models.CharField(max_length=64)
+    # Which of the campaign's R independent swarms of its tier (0..R-1): it draws from that
+    # swarm's rollouts only (CampaignConfig.replicates; assignment.assign_replicate).
+    replicate = models.PositiveSmallIntegerField(default=0)
     state = models.CharField(max_length=16, choices=State.choices, default=State.HEALTHY, db_index=True)
     hardware = models.JSONField(default=dict)
     backend = models.CharField(max_length=32, blank=True)
@@ -140,6 +143,7 @@ class PoolRollout(models.Model):
     node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="rollouts")
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="rollouts")
     tier = models.CharField(max_length=64)
+    replicate = models.PositiveSmallIntegerField(default=0, help_text="its node's swarm: whose pool it is in")
     round = models.IntegerField()
     task = models.CharField(max_length=64)
     question_seed = models.BigIntegerField()

@@ -4,8 +4,11 @@ The pool is every rollout a campaign has accepted, numbered by arrival (``sequen
 looks only at the most recent ``pool_window`` of them:
 
     candidates = {r : r.sequence > last - window, r in pool, r.node != asking node,
-                  [r not zero-advantage], [r.tier == node's tier]}
+                  r.replicate == node's replicate, [r not zero-advantage], [r.tier == node's tier]}
     draw       = uniform sample of J candidates without replacement
+
+The window counts the campaign's rollouts, so a node of one of R swarms (replicates) sees about
+window / R of them: the same span of rounds as with one swarm, its own swarm's part of it.
 
 The candidate scan walks the (campaign, sequence) index over at most ``window`` rows and
 fetches only ids, then loads the J chosen records; so the cost depends on the window and J,
@@ -43,7 +46,9 @@ def sample_external(
     if count <= 0:
         return []
     if sql.is_postgres():
-        ((config_text, last, tier),) = sql.fetch(sql.SAMPLE_VIEW, {"campaign": campaign_id, "node": node_pk})
+        ((config_text, last, tier, replicate),) = sql.fetch(
+            sql.SAMPLE_VIEW, {"campaign": campaign_id, "node": node_pk}
+        )
         config = settings_from_text(config_text)
         strategy = check_strategy(strategy or config.external_strategy)
         rows = sql.fetch(
@@ -53,6 +58,7 @@ def sample_external(
                 "after": last - config.pool_window,
                 "last": last,
                 "node": node_pk,
+                "replicate": replicate,
                 "nonzero_only": strategy == "nonzero_advantage",
                 "tier": tier if config.pool_within_tier else None,
             },
@@ -66,10 +72,11 @@ def sample_external(
     candidates = PoolRollout.objects.filter(
         campaign_id=campaign_id, sequence__gt=campaign.rollout_sequence - config.pool_window, in_pool=True
     ).exclude(node_id=node_pk)
+    tier, replicate = WorkerNode.objects.values_list("tier", "replicate").get(pk=node_pk)
+    candidates = candidates.filter(replicate=replicate)
     if strategy == "nonzero_advantage":
         candidates = candidates.filter(zero_advantage=False)
     if config.pool_within_tier:
-        tier = WorkerNode.objects.values_list("tier", flat=True).get(pk=node_pk)
         candidates = candidates.filter(tier=tier)
     ids = list(candidates.values_list("id", flat=True))
     chosen = (rng or _rng).sample(ids, min(count, len(ids)))

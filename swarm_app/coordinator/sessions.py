@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
-from swarm_app.coordinator.assignment import assign_tier
+from swarm_app.coordinator.assignment import assign_replicate, assign_tier
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import authenticate
 from worker.shared.protocol import MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, ProtocolError
@@ -32,6 +33,21 @@ def campaign_payload(campaign: Campaign) -> dict[str, Any]:
     return {"id": campaign.pk, "name": campaign.name, "state": campaign.state, "config": campaign.config}
 
 
+def new_node_replicate(campaign: Campaign, tier: str, replicates: int) -> int:
+    """The swarm a node new to the campaign joins (assignment.assign_replicate). With several,
+    the campaign's row is locked until the caller's transaction ends, so that concurrent first
+    hellos count each other and fill the swarms evenly; one swarm needs neither lock nor count."""
+    if replicates <= 1:
+        return 0
+    Campaign.objects.select_for_update().filter(pk=campaign.pk).values_list("pk").first()
+    nodes = WorkerNode.objects.filter(campaign=campaign, tier=tier)
+    connected = dict(
+        nodes.filter(connected=True).values("replicate").annotate(n=Count("id")).values_list("replicate", "n")
+    )
+    joined = dict(nodes.values("replicate").annotate(n=Count("id")).values_list("replicate", "n"))
+    return assign_replicate(replicates, connected, joined)
+
+
 def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, dict[str, Any]]:
     """Register or resume the node; returns it with the welcome message's fields."""
     version = negotiate(fields["protocol_versions"])
@@ -47,12 +63,16 @@ def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, d
         node = WorkerNode.objects.select_for_update().filter(campaign=campaign, node_id=node_id).first()
         created = False
         if node is None:
-            tier, reason = assign_tier(campaign.settings.tiers, hardware, fields.get("preferred_tier"))
+            settings = campaign.settings
+            tier, reason = assign_tier(settings.tiers, hardware, fields.get("preferred_tier"))
+            replicate = new_node_replicate(campaign, tier, settings.replicates)
             # Insert-or-get: concurrent first hellos of one node id all land here; the unique
             # (campaign, node_id) index lets one insert win and the others read its row
             # (get_or_create retries the read after the IntegrityError, inside a savepoint).
             node, created = WorkerNode.objects.get_or_create(
-                campaign=campaign, node_id=node_id, defaults={"token": token, "tier": tier}
+                campaign=campaign,
+                node_id=node_id,
+                defaults={"token": token, "tier": tier, "replicate": replicate},
             )
             if not created:
                 node = WorkerNode.objects.select_for_update().get(pk=node.pk)

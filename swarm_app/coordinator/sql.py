@@ -174,10 +174,10 @@ WITH claimed AS (
     WHERE id = %(node)s AND EXISTS (SELECT 1 FROM claimed)
 )
 INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
-                                     round, task, question_seed, question_index, record,
+                                     replicate, round, task, question_seed, question_index, record,
                                      mean_reward, zero_advantage, in_pool, created_at)
 SELECT %(campaign)s, %(first)s::bigint + r.position, r.rollout_id, %(node)s, %(lease)s, %(tier)s,
-       %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward, r.zero_advantage, true, now()
+       %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward, r.zero_advantage, true, now()
 FROM claimed,
      jsonb_to_recordset(%(rows)s::jsonb)
          AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
@@ -195,7 +195,7 @@ FROM claimed,
 # (117 ms per draw at 25k, in bench/capacity.py's 1,000 volunteers; 0.9 ms as written here).
 # Prepared, so generic (settings.py); tests/coordinator/test_plans.py checks the plan.
 SAMPLE_VIEW = """
-SELECT c.config::text, c.rollout_sequence, n.tier
+SELECT c.config::text, c.rollout_sequence, n.tier, n.replicate
 FROM campaigns_campaign c JOIN coordinator_workernode n ON n.id = %(node)s
 WHERE c.id = %(campaign)s
 """
@@ -204,10 +204,10 @@ SAMPLE_CANDIDATES = """
 SELECT p.id
 FROM generate_series(%(after)s::bigint + 1, %(last)s::bigint) AS window_(sequence)
 CROSS JOIN LATERAL (
-    SELECT id, in_pool, node_id, zero_advantage, tier FROM coordinator_poolrollout
+    SELECT id, in_pool, node_id, zero_advantage, tier, replicate FROM coordinator_poolrollout
     WHERE campaign_id = %(campaign)s AND sequence = window_.sequence LIMIT 1
 ) p
-WHERE p.in_pool AND p.node_id <> %(node)s
+WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
   AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
 """
 

@@ -182,6 +182,7 @@ def _store(
                 "campaign": lease.campaign_pk,
                 "first": last - len(rollouts),
                 "tier": node.tier,
+                "replicate": node.replicate,
                 "round": lease.round,
                 "rows": sql.json_text(
                     [
@@ -220,6 +221,7 @@ def _store(
                     node_id=node.pk,
                     lease_id=lease.pk,
                     tier=node.tier,
+                    replicate=node.replicate,
                     round=lease.round,
                     task=rollout.ref.task,
                     question_seed=rollout.ref.seed,

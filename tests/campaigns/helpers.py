@@ -30,6 +30,7 @@ def form_data(**overrides) -> dict:
         "external_strategy": "nonzero_advantage",
         "rounds": "5",
         "seed": "0",
+        "replicates": "1",
         "controls_isolated": "on",
         "controls_filtered": "on",
         "controls_reference": "",

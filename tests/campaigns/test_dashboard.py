@@ -53,6 +53,17 @@ def add_rows(campaign: Campaign, arm: str, tier: str, agents: list[str], rounds:
     )
 
 
+def add_nodes(campaign: Campaign, tier: str, swarms: dict[str, int]) -> None:
+    """The coordinator's nodes behind swarm agents "node:<id>", each in its swarm (replicate)."""
+    token, _ = create_token(campaign)
+    WorkerNode.objects.bulk_create(
+        WorkerNode(
+            campaign=campaign, node_id=agent.removeprefix("node:"), token=token, tier=tier, replicate=r
+        )
+        for agent, r in swarms.items()
+    )
+
+
 def raw_aggregates(campaign: Campaign) -> dict:
     rows = (
         RoundMetrics.objects.filter(campaign=campaign)
@@ -210,8 +221,14 @@ def test_series_summary_and_gains_follow_the_definitions(db):
     assert summary["arms"]["filtered"]["cumulative"] == pytest.approx(2.0)
     assert summary["gain_vs_isolated"] == pytest.approx(25.0)
     assert summary["gain_vs_filtered"] == pytest.approx(100.0)
+    # One swarm (R = 1): one independent value, no interval; its 4 nodes' spread, labelled.
     swarm_row = summary["arms"]["swarm"]
-    assert swarm_row["agents"] == 4 and swarm_row["low"] < 4.0 < swarm_row["high"]
+    assert (swarm_row["agents"], swarm_row["nodes"], swarm_row["low"]) == (1, 4, None)
+    assert swarm_row["note"] == dashboard.ONE_SWARM == "one swarm: no interval"
+    spread = swarm_row["spread"]
+    assert spread["low"] < 4.0 < spread["high"] and spread["note"] == dashboard.NODE_SPREAD
+    assert summary["gains"]["isolated"]["note"] == "one swarm: no interval for the gain"
+    assert summary["gains"]["isolated"]["low"] is None and summary["gains"]["isolated"]["n"] == [1, 2]
     assert summary["arms"]["isolated"]["low"] == pytest.approx(3.2)  # identical seeds: no spread
     assert payload["summary"]["tiny-5m"]["arms"]["swarm"] is None
     assert "std" in payload["band"] and "one agent has no band" in payload["band"]
@@ -223,8 +240,9 @@ def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
     interval from whole 50-round blocks took the control's rounds 30..44 in and sat far below
     its own point (and the gain's far above it). Point and interval now come from the same
     per-agent values over exactly rounds 0..H-1, so each interval holds its point."""
-    campaign = make_campaign()
+    campaign = make_campaign(replicates=2)
     swarm = {f"node:w{i}": 0.50 + 0.02 * i for i in range(4)}
+    add_nodes(campaign, "tiny-1m", {agent: i // 2 for i, agent in enumerate(swarm)})  # swarms 0.51, 0.55
     seeds = {f"control:{i}": 0.48 + 0.02 * i for i in range(3)}
     add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(30), lambda a, r: swarm[a])
     add_rows(
@@ -257,10 +275,10 @@ def test_point_and_interval_come_from_the_same_rounds_mid_run(db):
     assert windows[0]["arms"]["isolated"]["mean"] == pytest.approx(0.50)
     assert windows[1]["arms"]["isolated"]["mean"] == pytest.approx((12 * 0.50 + 6 * 0.05) / 18)
     assert windows[2]["arms"]["isolated"]["mean"] == pytest.approx(0.05)
-    assert windows[2]["arms"]["swarm"]["agents"] == 4
+    assert windows[2]["arms"]["swarm"]["agents"] == 2  # swarms, not nodes
     for window in windows:
         gain = window["gains"]["isolated"]
-        assert gain["n"] == [4, 3] and gain["low"] <= gain["value"] <= gain["high"], window
+        assert gain["n"] == [2, 3] and gain["low"] <= gain["value"] <= gain["high"], window
     assert windows[0]["gains"]["isolated"]["value"] == pytest.approx(6.0)
     assert windows[2]["gains"]["isolated"]["value"] == pytest.approx((0.53 / 0.05 - 1) * 100)
 
@@ -359,9 +377,11 @@ def test_a_control_run_never_reads_running_under_a_paused_or_finished_campaign(d
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
     independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
-    a zero-width interval for the single seed and for the gain that involves it."""
-    campaign = make_campaign()
+    a zero-width interval for the single seed and for the gain that involves it; one swarm says
+    that it is one."""
+    campaign = make_campaign(replicates=4)
     swarm = {f"node:w{i}": 0.5 + 0.04 * i for i in range(4)}
+    add_nodes(campaign, "tiny-1m", {agent: i for i, agent in enumerate(swarm)})  # 4 swarms
     isolated = {f"control:{i}": 0.35 + 0.05 * i for i in range(3)}
     add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(10), lambda a, r: swarm[a])
     add_rows(campaign, "isolated", "tiny-1m", list(isolated), range(10), lambda a, r: isolated[a])
@@ -392,10 +412,12 @@ def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     assert gain["n"] == [4, 1] and gain["note"] == "no interval (1 node)"
     # One agent in every arm (the demo of old): nothing looks precise.
     small = summary["tiny-5m"]
-    assert small["arms"]["swarm"]["note"] == small["arms"]["isolated"]["note"] == "no interval (1 node)"
+    assert small["arms"]["swarm"]["note"] == "one swarm: no interval"
+    assert small["arms"]["swarm"]["spread"] is None  # one node: nothing to describe either
+    assert small["arms"]["isolated"]["note"] == "no interval (1 node)"
     assert small["gains"]["isolated"]["value"] == pytest.approx(100.0)
     assert small["gains"]["isolated"]["low"] is None
-    assert small["gains"]["isolated"]["note"] == "no interval (1 node)"
+    assert small["gains"]["isolated"]["note"] == "one swarm: no interval for the gain"
     # No baseline arm at all: no gain, no words.
     assert small["gains"]["filtered"] == {"value": None, "low": None, "high": None, "n": [1, 0], "note": None}
 
@@ -665,8 +687,9 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
     from worker.shared.campaign import ControlsConfig
 
     controls = ControlsConfig(isolated=True, filtered=False, seeds=2, self_replay=True, over_generation=True)
-    campaign = make_campaign(controls=controls)
+    campaign = make_campaign(controls=controls, replicates=2)
     swarm = {f"node:w{i}": 0.5 + 0.04 * i for i in range(4)}
+    add_nodes(campaign, "tiny-1m", {agent: i % 2 for i, agent in enumerate(swarm)})  # w0+w2, w1+w3
     own = {"control:1": 0.4, "control:2": 0.5}
     add_rows(campaign, "swarm", "tiny-1m", list(swarm), range(6), lambda a, r: swarm[a])
     add_rows(campaign, "self", "tiny-1m", list(own), range(6), lambda a, r: own[a])
@@ -716,7 +739,7 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
     assert tier["arms"]["self"]["low"] < 0.45 * 6 < tier["arms"]["self"]["high"]
     assert tier["arms"]["dyn"]["note"] == "no interval (1 node)" and tier["arms"]["dyn"]["low"] is None
     assert tier["gains"]["self"]["value"] == pytest.approx((0.56 / 0.45 - 1) * 100)
-    assert tier["gains"]["self"]["n"] == [4, 2] and tier["gains"]["self"]["low"] is not None
+    assert tier["gains"]["self"]["n"] == [2, 2] and tier["gains"]["self"]["low"] is not None
     assert tier["gains"]["dyn"]["note"] == "no interval (1 node)"
     mech = payload["mechanism"]["tiny-1m"]["arms"]
     assert set(mech) == {"swarm", "self", "dyn"}
@@ -728,7 +751,11 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
     assert (others["mean"], others["agents"], others["note"]) == (0.0, 2, None)
     age = mech["self"]["batch/external_age"]
     assert age["mean"] == pytest.approx(1.5) and age["low"] < 1.5 < age["high"]
-    assert mech["swarm"]["batch/external_from_others"]["mean"] == pytest.approx(3.5)
+    # The swarm's mechanism per swarm: w0 + w2 took 4 from others, w1 + w3 took 3.
+    others = mech["swarm"]["batch/external_from_others"]
+    assert (
+        others["mean"] == pytest.approx(3.5) and others["agents"] == 2 and others["low"] == pytest.approx(3.0)
+    )
     assert mech["swarm"]["grad_norm_clipped"]["mean"] == pytest.approx(1.0)
     # The per-round rollup equals the raw mean over agents.
     aggregate = RoundAggregate.objects.get(campaign=campaign, arm="dyn", tier="tiny-1m", round=3)

@@ -147,6 +147,8 @@ INVALID = [
     ({"local_strategy": "best"}, "local_strategy", "valid choice"),
     ({"rounds": "0"}, "rounds", "greater than or equal to 1"),
     ({"control_seeds": "17"}, "control_seeds", "less than or equal to 16"),
+    ({"replicates": "0"}, "replicates", "greater than or equal to 1"),
+    ({"replicates": "65"}, "replicates", "less than or equal to 64"),
     ({"eps_low": "1.5"}, "eps_low", "less than or equal to 0.99"),
     ({"eps_high": "0.1"}, "eps_high", "must not be below"),
     ({"num_iterations": "0"}, "num_iterations", "greater than or equal to 1"),
@@ -315,6 +317,11 @@ def test_the_form_offers_every_control_kind_and_sapo_table_turns_on_the_falsifie
     assert demo["controls_isolated"] and demo["controls_self_replay"]
     assert not demo["controls_filtered"] and not demo["controls_over_generation"]
     assert demo["controls_reference"] == "self"
+    # Independent swarms (issue #26): the demo's 4 nodes per tier as 2 swarms, sapo-table 3
+    # swarms against 3 seeds of each control, so that both gains have an interval.
+    assert demo["replicates"] == 2
+    assert (form.initial["replicates"], form.initial["control_seeds"]) == (3, 3)
+    assert "not independent" in form.fields["replicates"].help_text
 
 
 def test_the_headline_control_must_be_one_the_campaign_runs(staff):

@@ -6,7 +6,7 @@ on the real database (stored reports, the real rollups and dashboard payload).
   ("–" before an arm has a round);
 * at the end, a verdict written from the numbers: "no difference this campaign can detect" when
   the headline gain's interval includes 0, higher/lower otherwise, the gain per window, n and
-  what is independent (control seeds are; the swarm's nodes, sharing one pool, are not);
+  what is independent (control seeds and swarms are; one swarm's nodes, sharing its pool, are not);
 * the settings as labelled fields, never a raw dict;
 * no "running" words on the page of a campaign that is not running, in every state.
 """
@@ -68,8 +68,10 @@ def tables(state: str = "running", started: datetime | None = NOW - timedelta(mi
     return payload
 
 
-def gain(value: float | None, low: float | None, high: float | None, n: tuple[int, int] = (4, 3)) -> dict:
-    note = "no interval (1 node)" if value is not None and min(n) < 2 else None
+def gain(value: float | None, low: float | None, high: float | None, n: tuple[int, int] = (2, 3)) -> dict:
+    note = None
+    if value is not None and min(n) < 2:
+        note = "one swarm: no interval for the gain" if n[0] < 2 else "no interval (1 node)"
     return {"value": value, "low": low, "high": high, "n": list(n), "note": note}
 
 
@@ -116,8 +118,17 @@ def test_no_running_words_unless_running(state):
     assert bool(info["verdict"]) == (state in ("completed", "stopped", "failed"))
 
 
-def summary(headline: dict, windows: list[dict] | None = None) -> dict:
-    return {"tiny-1m": {"horizon": 40, "reference": "self", "gain": headline, "windows": windows or []}}
+def summary(headline: dict, windows: list[dict] | None = None, nodes: int = 4) -> dict:
+    arms = {"swarm": {"agents": headline["n"][0], "nodes": nodes}}
+    return {
+        "tiny-1m": {
+            "horizon": 40,
+            "reference": "self",
+            "gain": headline,
+            "windows": windows or [],
+            "arms": arms,
+        }
+    }
 
 
 def test_verdict_no_difference_when_the_interval_includes_zero():
@@ -140,10 +151,10 @@ def test_verdict_no_difference_when_the_interval_includes_zero():
         "rounds 13–25: +1.0 % [-3.0 %, +5.0 %], no difference this campaign can detect; "
         "rounds 26–39: -4.0 % [-8.0 %, -0.5 %], lower."
     )
-    # n, and what is independent: seeds are, the swarm's nodes are one replicate of sharing.
-    assert n.startswith("n = 4 swarm nodes vs 3 self-replay (4/4-self) seeds.")
-    assert "independent" in n and "one replicate of sharing, not 4" in n
-    assert "not independent replicates of sharing" in info["independence"]
+    # n, and what is independent: seeds and swarms are, a swarm's nodes count once.
+    assert n.startswith("n = 2 swarms of 4 nodes in all vs 3 self-replay (4/4-self) seeds.")
+    assert "seeds and the swarms are independent runs" in n and "each swarm counts once" in n
+    assert "each swarm counts once, whatever its nodes" in info["independence"]
     assert info["verdict_title"] == "Verdict"
     (headline,) = info["headlines"]
     assert headline == {
@@ -151,7 +162,7 @@ def test_verdict_no_difference_when_the_interval_includes_zero():
         "what": "swarm vs self-replay (4/4-self), rounds 0–39",
         "value": "+1.5 %",
         "interval": "[-4.4 %, +7.5 %]",
-        "n": "n = 4 vs 3",
+        "n": "n = 2 swarms vs 3 seeds",
         "note": None,
     }
 
@@ -165,9 +176,18 @@ def test_verdict_higher_lower_and_no_interval():
     )
     lower = run_info.verdict(tables("completed", summary=summary(gain(-9.0, -15.0, -2.0))), "tiny-1m")
     assert lower["judgement"] == "lower" and "below 0" in lower["lines"][0]
-    single = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (1, 1)))), "tiny-1m")
-    assert single["judgement"] == "no interval" and "gives no verdict" in single["lines"][0]
-    assert single["lines"][-1].startswith("n = 1 swarm node vs 1 self-replay (4/4-self) seed.")
+    single = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (1, 3)))), "tiny-1m")
+    assert (
+        single["judgement"] == "no interval"
+        and "there is one swarm, so there is no interval" in single["lines"][0]
+    )
+    assert single["lines"][-1] == (
+        "n = 1 swarm of 4 nodes in all vs 3 self-replay (4/4-self) seeds. The seeds are independent "
+        "runs; the swarm's nodes share one pool, so it is one replicate of sharing: one swarm, no "
+        "interval for the gain."
+    )
+    seed = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (3, 1)))), "tiny-1m")
+    assert "there is one control seed, so there is no interval" in seed["lines"][0]
     empty = run_info.verdict(tables("completed", summary=summary(gain(None, None, None))), "tiny-1m")
     assert empty["lines"] == ["No verdict: the swarm and self-replay (4/4-self) have no rounds in common."]
     alone = run_info.verdict(tables("completed", reference=None, summary={}), "tiny-1m")
@@ -217,12 +237,15 @@ def seed(
     rounds: int = 9,
     reported: dict[str, int] | None = None,
     started_ago: timedelta | None = timedelta(minutes=10),
+    replicates: int = 2,
 ) -> Campaign:
-    """tiny-1m: a swarm of len(swarm) nodes and len(self_replay) self-replay seeds (the
-    reference), each agent at a constant reward, having reported ``reported[arm]`` rounds."""
+    """tiny-1m: len(swarm) nodes in ``replicates`` swarms (node i in swarm i mod R) and
+    len(self_replay) self-replay seeds (the reference), each agent at a constant reward, having
+    reported ``reported[arm]`` rounds."""
     reported = reported or {"swarm": rounds, "self": rounds}
     controls = ControlsConfig(isolated=False, filtered=False, seeds=len(self_replay), self_replay=True)
-    config = CampaignConfig(tiers=["tiny-1m"], rounds=rounds, controls=controls).validate().to_json()
+    config = CampaignConfig(tiers=["tiny-1m"], rounds=rounds, controls=controls, replicates=replicates)
+    config = config.validate().to_json()
     now = timezone.now()
     campaign = Campaign.objects.create(
         name="run page",
@@ -236,7 +259,12 @@ def seed(
     agents = []
     for i, reward in enumerate(swarm):
         node = WorkerNode.objects.create(
-            campaign=campaign, node_id=f"node{i}", token=token, tier="tiny-1m", round=reported["swarm"]
+            campaign=campaign,
+            node_id=f"node{i}",
+            token=token,
+            tier="tiny-1m",
+            round=reported["swarm"],
+            replicate=i % replicates,
         )
         agents.append(("swarm", f"node:{node.node_id}", reward))
     for seed_, reward in enumerate(self_replay):
@@ -319,15 +347,16 @@ def test_completed_page_says_no_detectable_difference_with_n_and_readable_settin
     assert section(html, "run-elapsed") == "10 min 00 s"
     verdict = visible_text(html[html.index('id="verdict"') - 5 : html.index('id="verdict-pending"')])
     assert verdict.startswith("Verdict tiny-1m No difference this campaign can detect"), verdict
-    assert "n = 4 swarm nodes vs 3 self-replay (4/4-self) seeds." in verdict
-    assert "not independent replicates of sharing" in verdict
+    assert "n = 2 swarms of 4 nodes in all vs 3 self-replay (4/4-self) seeds." in verdict
+    assert "each swarm counts once, whatever its nodes" in verdict
     # The same per window: three thirds of H = 9.
     assert "rounds 0–2:" in verdict and "rounds 3–5:" in verdict and "rounds 6–8:" in verdict
     assert section(html, "verdict-pending") == ""
     # The headline gain as one line of text, not a table cell.
     headline = visible_text(html[html.index('class="headline"') - 3 :]).split(" Rounds done")[0]
     assert re.match(
-        r"tiny-1m swarm vs self-replay \(4/4-self\), rounds 0–8: \+1\.8 % \[[^]]+\] n = 4 vs 3", headline
+        r"tiny-1m swarm vs self-replay \(4/4-self\), rounds 0–8: \+1\.8 % \[[^]]+\] n = 2 swarms vs 3 seeds",
+        headline,
     )
     # Settings: labelled fields.
     settings = section(html, "settings-fields")

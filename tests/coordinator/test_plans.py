@@ -44,7 +44,15 @@ def generic_plan(statement: str, params: dict) -> str:
 def test_a_pool_draw_probes_the_sequence_index_once_per_number(db):
     plan = generic_plan(
         sql.SAMPLE_CANDIDATES,
-        {"after": 1000, "last": 1256, "campaign": 1, "node": 1, "nonzero_only": False, "tier": "tiny-1m"},
+        {
+            "after": 1000,
+            "last": 1256,
+            "campaign": 1,
+            "node": 1,
+            "nonzero_only": False,
+            "tier": "tiny-1m",
+            "replicate": 0,
+        },
     )
     assert "one_rollout_per_sequence" in plan, plan
     assert "Hash Join" not in plan and "Bitmap Heap Scan" not in plan and "Seq Scan" not in plan, plan

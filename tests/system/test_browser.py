@@ -6,12 +6,12 @@
 * Live: launch a cpu-demo campaign from the form, create a worker token, start a tiny worker with
   the volunteer CLI, and watch its first verified reward appear on the chart without a reload;
   then the dashboard at phone width (390 px): no horizontal page scroll, no title or legend box
-  over another; the one worker's arm says "no interval (1 node)"; the campaign completes and the
+  over another; the one worker's arm says "one swarm: no interval"; the campaign completes and the
   page says so, and is still served after a reload. Screenshots at 1280 and 390 px go to
   <data dir>/test-artifacts/ (CI artifacts; docs/images/ has copies).
-* Honest numbers: a campaign with 4 workers, 3 and 1 seeds per arm (stored reports, no model):
-  intervals and n in the summary table, "no interval (1 node)" for the single seed and for the
-  gain against it, what the chart's band is (and that one agent has none), the external share
+* Honest numbers: a campaign with 4 workers in 2 swarms, 3 and 1 seeds per arm (stored reports,
+  no model): intervals and n (swarms, not nodes) in the summary table, "no interval (1 node)" for
+  the single seed and for the gain against it, "one swarm: ..." where a tier has one swarm, what the chart's band is (and that one agent has none), the external share
   per tier; then completed (not "Live."), its results and export still served after a reload;
   and when the server goes away, the page says it is disconnected, then reconnects.
 
@@ -194,14 +194,14 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         page.screenshot(path=str(ARTIFACTS / "dashboard-390.png"), full_page=True)
         assert page.evaluate("window.__sameDocument") is True
 
-        # One worker: its arm has no interval, and the summary says so instead of a number; its
-        # chart has no band, and says so.
+        # One worker, so one swarm: its arm has no interval, and the summary says so instead of a
+        # number; its chart has no band, and says so.
         page.wait_for_function(
             "() => (document.querySelector('#summary td[data-arm=swarm]') || {}).textContent"
-            f"?.includes('{NO_INTERVAL}')"
+            "?.includes('one swarm: no interval')"
         )
         swarm = page.inner_text("#summary td[data-arm=swarm]")
-        assert re.search(r"^\d+\.\d\d no interval \(1 node\) n=1$", swarm), swarm
+        assert re.search(r"^\d+\.\d\d one swarm: no interval n=1 swarm, 1 node$", swarm), swarm
         assert page.inner_text("#reward-tiny-1m-title") == "Mean verified reward (one agent per arm: no band)"
         # The worker's 3 rounds are the campaign's: it completes, and the page says so, live.
         deadline = time.monotonic() + 120
@@ -219,7 +219,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         # "Connecting to the live feed…" leads the line until the socket opens
         page.wait_for_function("() => window.swarmDashboard.ready && window.swarmDashboard.socketOpen")
         assert page.inner_text("#status-line").startswith("Campaign completed")
-        assert NO_INTERVAL in page.inner_text("#summary td[data-arm=swarm]")
+        assert "one swarm: no interval" in page.inner_text("#summary td[data-arm=swarm]")
         swarm_points = page.evaluate(
             "document.getElementById('reward-tiny-1m').data.filter(t => t.meta && t.meta.arm === 'swarm')[0].x.length"
         )
@@ -330,14 +330,15 @@ NO_INTERVAL = "no interval (1 node)"
 INTERVAL = r"\[[+-]?\d+\.\d+( %)?, [+-]?\d+\.\d+( %)?\]"
 
 
-def seed_campaign(rounds: int = 10) -> Campaign:
-    """A finished-looking campaign from stored reports: tiny-1m with 4 workers, 3 isolated seeds,
-    1 filtered seed and 2 self-replay seeds (issue #18's control); tiny-5m with one worker and one
-    isolated seed (the demo of old)."""
+def seed_campaign(rounds: int = 10, replicates: int = 2) -> Campaign:
+    """A finished-looking campaign from stored reports: tiny-1m with 4 workers (node i in swarm
+    i mod R), 3 isolated seeds, 1 filtered seed and 2 self-replay seeds (issue #18's control);
+    tiny-5m with one worker and one isolated seed (the demo of old)."""
     controls = ControlsConfig(isolated=True, filtered=True, seeds=1, self_replay=True)
-    config = (
-        CampaignConfig(tiers=["tiny-1m", "tiny-5m"], rounds=rounds, controls=controls).validate().to_json()
+    config = CampaignConfig(
+        tiers=["tiny-1m", "tiny-5m"], rounds=rounds, controls=controls, replicates=replicates
     )
+    config = config.validate().to_json()
     campaign = Campaign.objects.create(
         name="honest numbers", state=Campaign.State.RUNNING, public=True, config=config
     )
@@ -346,7 +347,12 @@ def seed_campaign(rounds: int = 10) -> Campaign:
     for tier, count in (("tiny-1m", 4), ("tiny-5m", 1)):
         for i in range(count):
             node = WorkerNode.objects.create(
-                campaign=campaign, node_id=f"{tier[5:]}node{i}", token=token, tier=tier, round=rounds
+                campaign=campaign,
+                node_id=f"{tier[5:]}node{i}",
+                token=token,
+                tier=tier,
+                round=rounds,
+                replicate=i % replicates,
             )
             agents.append(("swarm", tier, f"node:{node.node_id}", 0.5 + 0.04 * i))
     for tier, arm, seeds in (
@@ -472,8 +478,10 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
     """Issue #26 item 5: tiny-1m's node 1 is connected and has reported rounds 0..6 only, so
     rounds 7..9 of the swarm are the mean of 3 of its 4 nodes: drawn as open markers with their
     n, outside the line and the cumulative curve; once node 1 has left, the next tables message
-    settles them and the page redraws them into the curve, live."""
-    campaign = seed_campaign()
+    settles them and the page redraws them into the curve, live. Its 4 nodes are one swarm (R =
+    1): the summary shows no interval for the swarm or its gain, and the nodes' spread labelled
+    as what it is."""
+    campaign = seed_campaign(replicates=1)
     WorkerNode.objects.filter(campaign=campaign, node_id__in=["1mnode0", "1mnode1"]).update(connected=True)
     RoundMetrics.objects.filter(campaign=campaign, agent="node:1mnode1", round__gte=7).delete()
     pending = (
@@ -489,6 +497,14 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
         ]
         assert page.evaluate(line_end % "reward") == 6 and page.evaluate(line_end % "cumulative") == 6
         assert page.locator("#summary tbody tr", has=page.locator("td:text-is('tiny-1m')")).count() == 1
+        swarm = summary_cell(page, "tiny-1m", "td[data-arm=swarm]")
+        assert re.fullmatch(
+            r"3\.92 one swarm: no interval n=1 swarm, 4 nodes\s+nodes \[3\.\d\d, 4\.\d\d\]: spread across "
+            r"nodes of one swarm, not independent",
+            swarm,
+        ), swarm
+        gain = summary_cell(page, "tiny-1m", "td[data-gain=isolated]")
+        assert gain == "+40.0 % one swarm: no interval for the gain n=1 vs 3", gain
         # The paired-difference chart: swarm minus each control per settled round (rounds 0..6
         # here), 0.56 - 0.40 against plain isolated, with a band (n = 4 vs 3); none against the
         # one filtered seed.
@@ -523,17 +539,22 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
 
 
 def check_summary(page) -> None:
-    """The seeded campaign's summary: every number with its n and an interval, or the words."""
+    """The seeded campaign's summary: every number with its n and an interval, or the words. The
+    swarm's n counts swarms (2 of 2 nodes for tiny-1m, independent of each other), not nodes."""
     swarm = summary_cell(page, "tiny-1m", "td[data-arm=swarm]")
-    assert re.search(r"^\d+\.\d\d " + INTERVAL + " n=4$", swarm), swarm
+    assert re.search(r"^\d+\.\d\d " + INTERVAL + " n=2 swarms, 4 nodes$", swarm), swarm
     assert re.search(INTERVAL + " n=3$", summary_cell(page, "tiny-1m", "td[data-arm=isolated]"))
     assert summary_cell(page, "tiny-1m", "td[data-arm=filtered]") == f"3.00 {NO_INTERVAL} n=1"
     gain = summary_cell(page, "tiny-1m", "td[data-gain=isolated]")
-    assert re.search(r"^\+40\.0 % " + INTERVAL + " n=4 vs 3$", gain), gain
+    assert re.search(r"^\+40\.0 % " + INTERVAL + " n=2 vs 3$", gain), gain
     gain = summary_cell(page, "tiny-1m", "td[data-gain=filtered]")
-    assert gain == f"+86.7 % {NO_INTERVAL} n=4 vs 1", gain
-    assert summary_cell(page, "tiny-5m", "td[data-arm=swarm]") == f"5.00 {NO_INTERVAL} n=1"
-    assert summary_cell(page, "tiny-5m", "td[data-gain=isolated]") == f"+42.9 % {NO_INTERVAL} n=1 vs 1"
+    assert gain == f"+86.7 % {NO_INTERVAL} n=2 vs 1", gain
+    # tiny-5m's one node is one swarm: no interval, and the gain's words say why.
+    assert (
+        summary_cell(page, "tiny-5m", "td[data-arm=swarm]") == "5.00 one swarm: no interval n=1 swarm, 1 node"
+    )
+    gain = summary_cell(page, "tiny-5m", "td[data-gain=isolated]")
+    assert gain == "+42.9 % one swarm: no interval for the gain n=1 vs 1", gain
     assert summary_cell(page, "tiny-5m", "td[data-gain=filtered]") == "–"
     # The self-replay control (issue #18): its own column with interval and n, the swarm's gain
     # over it, and what it trained on: J groups of its own, none from another agent.
@@ -545,7 +566,7 @@ def check_summary(page) -> None:
     )
     assert re.search(r"^4\.75 " + INTERVAL + " n=2$", summary_cell(page, "tiny-1m", "td[data-arm=self]"))
     gain = summary_cell(page, "tiny-1m", "td[data-gain=self]")
-    assert re.search(r"^\+17\.9 % " + INTERVAL + " n=4 vs 2$", gain), gain
+    assert re.search(r"^\+17\.9 % " + INTERVAL + " n=2 vs 2$", gain), gain
     # The gain over time: thirds of H = 10 (rounds 0-2, 3-5, 6-9); constant rewards, so each
     # window's gain is the whole horizon's, with its interval and n.
     windows = page.locator("#windows tbody tr", has=page.locator("td:text-is('tiny-1m')"))
@@ -553,7 +574,7 @@ def check_summary(page) -> None:
     assert [windows.nth(i).locator("td").nth(1).inner_text() for i in range(3)] == ["0–2", "3–5", "6–9"]
     for i in range(3):
         gain = windows.nth(i).locator("td[data-gain=isolated]").inner_text()
-        assert re.search(r"^\+40\.0 % " + INTERVAL + " n=4 vs 3$", gain), gain
+        assert re.search(r"^\+40\.0 % " + INTERVAL + " n=2 vs 3$", gain), gain
     assert "Gain vs self-replay" in page.locator("#windows thead th").all_inner_texts()
     row = page.locator("#mechanism tbody tr[data-arm=self]")
     assert row.locator("td").nth(1).inner_text() == "self-replay"
@@ -561,4 +582,4 @@ def check_summary(page) -> None:
     assert row.locator("td[data-key='batch/external_age']").inner_text() == "1.50 [1.50, 1.50] n=2"
     swarm = page.locator("#mechanism tbody tr[data-arm=swarm]", has=page.locator("td:text-is('tiny-5m')"))
     cell = swarm.locator("td[data-key='batch/external_from_others']").inner_text()
-    assert cell == f"1.00 {NO_INTERVAL} n=1", cell
+    assert cell == "1.00 one swarm: no interval n=1", cell

@@ -89,8 +89,8 @@ def test_completed_campaign_reads_as_finished_with_its_verdict(transactional_db,
         assert (
             "No difference this campaign can detect between the swarm and self-replay (4/4-self)" in verdict
         )
-        assert "n = 4 swarm nodes vs 3 self-replay (4/4-self) seeds." in verdict
-        assert "not independent replicates of sharing" in page.inner_text("#independence")
+        assert "n = 2 swarms of 4 nodes in all vs 3 self-replay (4/4-self) seeds." in verdict
+        assert "each swarm counts once, whatever its nodes" in page.inner_text("#independence")
         assert not page.is_visible("#verdict-pending")
         # The headline equals the summary table's headline column (one payload, two views).
         value = page.inner_text(".headline[data-tier='tiny-1m'] .headline-value")

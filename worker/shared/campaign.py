@@ -49,6 +49,7 @@ class ConfigError(ValueError):
 # node count is unknown at launch (volunteers come and go); 8 is the study's and the paper's.
 SELF_WINDOW_AGENTS = 8
 MIN_SELF_WINDOW = 8
+MAX_REPLICATES = 64
 SAPO_QUESTIONS_PER_ROUND = 8  # the paper's (and the study's) B: arms at another B are named <arm>@B<n>
 
 
@@ -107,6 +108,11 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     controls: ControlsConfig = msgspec.field(default_factory=ControlsConfig)
     pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
     pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
+    # R independent swarms per tier (issue #26): a joining node is put in the tier's replicate
+    # with the fewest connected nodes, and draws only from its replicate's rollouts. One swarm's
+    # nodes share a pool and are not independent: the gain's interval resamples swarms against
+    # control seeds, so a campaign with R = 1 shows its gain without an interval.
+    replicates: int = 1
     lease_seconds: float = 120.0
     ban_threshold: int = 3  # rejected submissions before a node is banned
     # How a node's round batch is assembled (worker/shared/arms.py, issue #29): "fixed" (I own
@@ -243,6 +249,8 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         for name, minimum in positive.items():
             if getattr(self, name) < minimum:
                 raise ConfigError(name, f"must be at least {minimum}")
+        if not 1 <= self.replicates <= MAX_REPLICATES:
+            raise ConfigError("replicates", f"must be between 1 and {MAX_REPLICATES} swarms per tier")
         if self.group_size > 64 or self.questions_per_round > 64:
             raise ConfigError("group_size", "G and questions per round are at most 64")
         if self.num_local < 0 or self.num_external < 0:
@@ -340,9 +348,9 @@ def _config_error(error: msgspec.ValidationError | msgspec.DecodeError) -> Confi
 
 
 def cpu_demo_config(**overrides: Any) -> CampaignConfig:
-    """The `cpu-demo` preset: two CPU tiers that learn visibly within minutes on 2 cores, each a
-    swarm sharing within its tier beside 3 seeds of plain isolated and of self-replay, the
-    reference (measured timing: README.md)."""
+    """The `cpu-demo` preset: two CPU tiers that learn visibly within minutes on 2 cores, each
+    two swarms sharing within their tier beside 3 seeds of plain isolated and of self-replay,
+    the reference (measured timing: README.md)."""
     base = CampaignConfig(
         tiers=["tiny-1m", "tiny-5m"],
         group_size=8,
@@ -356,6 +364,9 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
         # is the control that can falsify "sharing" (same curation, batch and staleness, no
         # other agent): the headline's reference. The filtered sanity arm stays in the form.
         controls=ControlsConfig(seeds=3, filtered=False, self_replay=True, reference="self"),
+        # Two swarms of 2 nodes per tier (the demo's 4 nodes, so no more compute): the gain has an
+        # interval over independent swarms, not over one swarm's coupled nodes.
+        replicates=2,
         # Per model size: swarm vs isolated compares like with like, and a tier's swarm trains
         # on its own tier's rollouts (tiny-1m's would dominate tiny-5m's pool: it runs faster).
         pool_within_tier=True,
@@ -364,7 +375,8 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
 
 
 def sapo_table_config(**overrides: Any) -> CampaignConfig:
-    """The `sapo-table` preset: the paper's shape (G = 8, 8 questions, 4 local / 4 external)."""
+    """The `sapo-table` preset: the paper's shape (G = 8, 8 questions, 4 local / 4 external), 3
+    independent swarms and 3 seeds of each control."""
     base = CampaignConfig(
         tasks=PRESETS["rgym9"].to_json(),
         tiers=["qwen2.5-0.5b"],
@@ -376,7 +388,9 @@ def sapo_table_config(**overrides: Any) -> CampaignConfig:
         max_new_tokens=256,
         # The falsifier's controls (issue #18): 4/4-self and 8/0-dyn beside 8/0 (and the
         # 8/0-filtered sanity arm); the headline is against 8/0, the paper's comparison.
-        controls=ControlsConfig(self_replay=True, over_generation=True, reference="isolated"),
+        # 3 seeds per control against 3 independent swarms: the gain's interval resamples both.
+        controls=ControlsConfig(seeds=3, self_replay=True, over_generation=True, reference="isolated"),
+        replicates=3,
     )
     return CampaignConfig.from_json({**base.to_json(), **overrides})
 
