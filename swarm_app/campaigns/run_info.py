@@ -384,23 +384,13 @@ def settings_fields(config: Mapping[str, Any]) -> list[dict[str, str]]:
     add(("Rounds per node", str(cfg.rounds)))
     add(("Questions per round (B)", str(cfg.questions_per_round)))
     add(("Completions per question (G)", str(cfg.group_size)))
+    # The study's words for the arm (worker.shared.arms.Arm.semantics): one description of
+    # what a round generates and trains on, in the reports and here.
     try:
-        swarm = cfg.swarm_arm().name
+        arm = cfg.swarm_arm()
+        add(("Swarm arm", f"{arm.name}: {arm.semantics(cfg.questions_per_round)}"))
     except ValueError:
-        swarm = f"{cfg.num_local}/{cfg.num_external}"
-    if cfg.batch_rule == "backfill":
-        batch = (
-            f"backfill: every informative own group, then informative groups from the pool up to "
-            f"{cfg.questions_per_round} groups (at most J = {cfg.num_external})"
-        )
-    elif cfg.batch_rule == "decay":
-        batch = (
-            f"I = {cfg.num_local} own + J from the pool, J falling from {cfg.num_external} to 0 over "
-            f"{cfg.decay_rounds} rounds (its slots go to own groups)"
-        )
-    else:
-        batch = f"I = {cfg.num_local} own groups + J = {cfg.num_external} groups from the pool"
-    add(("Swarm arm", f"{swarm}: {batch}"))
+        add(("Swarm arm", f"{cfg.num_local}/{cfg.num_external}"))
     add(("Own groups trained on", STRATEGY_WORDS.get(cfg.local_strategy, cfg.local_strategy)))
     add(("Pool groups trained on", STRATEGY_WORDS.get(cfg.external_strategy, cfg.external_strategy)))
     scope = "of the node's own model size" if cfg.pool_within_tier else "of every model size"

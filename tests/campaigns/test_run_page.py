@@ -219,7 +219,10 @@ def test_settings_are_labelled_readable_fields(preset):
     for field in fields:  # words, never a dict or a list as Python or JSON prints it
         assert isinstance(field["value"], str) and not re.search(r"[{}\[\]]|': ", field["value"]), field
     values = {field["label"]: field["value"] for field in fields}
-    assert values["Swarm arm"] == "4/4: I = 4 own groups + J = 4 groups from the pool"
+    assert values["Swarm arm"] == (
+        "4/4: generates 8; trains on 4 informative own + 4 informative external from the pool"
+    )
+    assert values["Swarms"].startswith(f"{preset().replicates} independent swarms per model size")
     if preset is cpu_demo_config:
         assert values["Isolated controls"] == "plain isolated (8/0), self-replay (4/4-self)"
         assert values["Headline control"] == "self-replay (4/4-self): the headline gain is against it"
