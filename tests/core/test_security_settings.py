@@ -88,6 +88,9 @@ def test_check_deploy_passes_with_the_shipped_production_settings(tmp_path):
         "a" * 49 + "b",  # 50 characters, two distinct
         "django-insecure-" + secrets.token_urlsafe(50),
     ],
+    # Fixed ids: the random key must not name the test (pytest-xdist's workers must collect
+    # the same test ids).
+    ids=["placeholder", "short", "two-distinct", "django-insecure"],
 )
 def test_production_refuses_a_weak_secret_key(tmp_path, key):
     result = read_settings(production_env(tmp_path, SECRET_KEY=key), "SECRET_KEY")
