@@ -26,12 +26,13 @@ from swarm_app.coordinator.models import WorkerToken
 from worker.shared.arms import CONTROL_KINDS
 from worker.shared.campaign import (
     CAMPAIGN_PRESETS,
+    MAX_NEW_TOKENS,
     MAX_REPLICATES,
     CampaignConfig,
     ConfigError,
     ControlsConfig,
 )
-from worker.shared.config import GRPOConfig
+from worker.shared.config import MAX_LEARNING_RATE, GRPOConfig
 from worker.shared.hardware import cpu_host
 from worker.shared.questions import PRESETS as TASK_PRESETS
 from worker.shared.questions import TaskError, TaskMix
@@ -289,6 +290,7 @@ class CampaignForm(forms.Form):
     learning_rate = forms.FloatField(
         label="Learning rate",
         required=False,
+        max_value=MAX_LEARNING_RATE,
         validators=[positive],
         help_text="above 0; blank: each tier's default (1e-4 for the tiny tiers, 1e-5 for Qwen)",
     )
@@ -313,7 +315,7 @@ class CampaignForm(forms.Form):
     max_new_tokens = forms.IntegerField(
         label="Max new tokens",
         min_value=1,
-        max_value=8192,
+        max_value=MAX_NEW_TOKENS,
         help_text="the longest completion; a longer answer is cut and scored as it stands",
     )
     temperature = forms.FloatField(

@@ -156,6 +156,7 @@ INVALID = [
     ({"max_new_tokens": "0"}, "max_new_tokens", "greater than or equal to 1"),
     ({"learning_rate": "-1"}, "learning_rate", "must be above 0"),
     ({"learning_rate": "0"}, "learning_rate", "must be above 0"),
+    ({"learning_rate": "1000000"}, "learning_rate", "less than or equal to 1.0"),  # was stored (#28)
     (
         {"task_preset": "custom", "custom_tasks": "chain_sum 1 max_digits=5000 max_terms=2000"},
         "custom_tasks",

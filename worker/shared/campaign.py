@@ -50,6 +50,7 @@ class ConfigError(ValueError):
 SELF_WINDOW_AGENTS = 8
 MIN_SELF_WINDOW = 8
 MAX_REPLICATES = 64
+MAX_NEW_TOKENS = 8192  # the longest completion a campaign may ask for
 SAPO_QUESTIONS_PER_ROUND = 8  # the paper's (and the study's) B: arms at another B are named <arm>@B<n>
 
 
@@ -251,6 +252,10 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 raise ConfigError(name, f"must be at least {minimum}")
         if not 1 <= self.replicates <= MAX_REPLICATES:
             raise ConfigError("replicates", f"must be between 1 and {MAX_REPLICATES} swarms per tier")
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ConfigError("max_new_tokens", f"must be at most {MAX_NEW_TOKENS}")
+        if "learning_rate" in self.grpo and not self.grpo["learning_rate"] > 0:
+            raise ConfigError("grpo", "learning_rate must be above 0 (leave it out for each tier's default)")
         if self.group_size > 64 or self.questions_per_round > 64:
             raise ConfigError("group_size", "G and questions per round are at most 64")
         if self.num_local < 0 or self.num_external < 0:

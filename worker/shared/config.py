@@ -17,6 +17,10 @@ from worker.shared.sampling import BATCH_RULES, check_strategy
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
+# Adam at a learning rate of 1 already destroys any model; above it is a typo (1e6 was accepted).
+MAX_LEARNING_RATE = 1.0
+
+
 @dataclass
 class GRPOConfig:
     learning_rate: float = 1e-5  # the reference code's Adam lr for Qwen2.5-0.5B
@@ -52,6 +56,10 @@ class GRPOConfig:
             raise ValueError("num_iterations must be >= 1")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError("need 0 <= eps_low < 1 and eps_high >= 0")
+        if self.eps_high < self.eps_low:
+            raise ValueError("eps_high must not be below eps_low (clip-higher: the upper clip is the wider)")
+        if not 0 <= self.learning_rate <= MAX_LEARNING_RATE:
+            raise ValueError(f"learning_rate must be between 0 and {MAX_LEARNING_RATE:g}")
         if self.scale_rewards not in ("group", "none"):
             raise ValueError("scale_rewards must be 'group' or 'none'")
         if self.temperature <= 0:
