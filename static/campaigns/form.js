@@ -4,6 +4,9 @@
  * this script: what is typed is what is stored). */
 (function () {
   "use strict";
+  // After an invalid submit: the list of problems above the form takes the focus (and the view).
+  const problems = document.getElementById("form-errors");
+  if (problems) problems.focus();
   const lines = JSON.parse(document.getElementById("task-preset-lines").textContent);
   const choice = document.getElementById("id_task_preset");
   const text = document.getElementById("id_custom_tasks");

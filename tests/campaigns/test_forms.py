@@ -173,6 +173,9 @@ def test_each_validation_error_is_shown_next_to_its_field(staff, overrides, fiel
     errors = field_errors(response, field)
     assert any(fragment in error for error in errors), response.context["form"].errors
     page = response.content.decode()
+    # Listed above the form too, with a link to the field (its own message may be far below).
+    summary = page[page.index('id="form-errors"') : page.index("<fieldset")]
+    assert f'href="#field-{field}"' in summary and 'role="alert"' in page
     start = page.index(f'id="field-{field}"')
     assert "errorlist" in page[start : page.index("</div>\n", page.index("errorlist", start)) + 1]
     assert not Campaign.objects.exists()
