@@ -1,0 +1,88 @@
+"""Issue #26's acceptance in a real browser: a live campaign in which one arm is ahead of another,
+and the other's curve changes after the rounds they share. At every update of the page, every
+number of the summary (each arm's cumulative reward and each gain) lies inside its own interval:
+point and interval come from the same rounds (0..H-1), while H grows as the arm behind catches up.
+
+The swarm (2 swarms of 2 nodes) has run all 10 rounds and its reward falls after round 3; the
+isolated control's 3 seeds are at round 3 and report one round at a time, as their Celery tasks
+would (record_control_metrics, which pushes the point to the page's socket). An interval taken
+over rounds past H (the 50-round blocks of old) would sit below the swarm's point here.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+from django.db import connection
+
+from swarm_app.campaigns.metrics import record_control_metrics
+from swarm_app.campaigns.models import ControlRun, RoundMetrics
+from tests.servers import asgi_server
+from tests.system.test_browser import seed_campaign
+
+pytestmark = pytest.mark.slow
+
+# "3.92 [3.61, 4.23] n=..." or "+40.0 % [+22.3 %, +60.9 %] n=2 vs 3"
+WITH_INTERVAL = re.compile(r"^([+-]?\d+\.\d+)(?: %)? \[([+-]?\d+\.\d+)(?: %)?, ([+-]?\d+\.\d+)(?: %)?\]")
+BEHIND = 3  # rounds the isolated seeds have reported when the page opens
+
+
+def summary_numbers(page) -> dict[str, tuple[float, float, float]]:
+    """tiny-1m's summary cells that show an interval: {cell: (point, low, high)}."""
+    row = page.locator("#summary tbody tr", has=page.locator("td:text-is('tiny-1m')"))
+    out = {}
+    for cell in row.locator("td[data-arm], td[data-gain]").all():
+        name = cell.get_attribute("data-arm") or "gain vs " + (cell.get_attribute("data-gain") or "")
+        match = WITH_INTERVAL.match(cell.inner_text())
+        if match:
+            out[name] = tuple(float(x) for x in match.groups())
+    return out
+
+
+def report(runs: list[ControlRun], number: int) -> None:
+    """Each seed's round ``number``, stored and announced as a control's Celery task does, from a
+    thread of its own: Playwright's sync API runs an event loop in this one, where the
+    announcement (async_to_sync) cannot run."""
+
+    def record() -> None:
+        try:
+            for run in runs:
+                record_control_metrics(run, number, {"reward": 0.35 + 0.05 * run.seed})
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=record)
+    thread.start()
+    thread.join()
+
+
+def test_every_point_stays_in_its_interval_while_an_arm_catches_up(transactional_db, page, tmp_path):
+    campaign = seed_campaign(replicates=2)
+    RoundMetrics.objects.filter(campaign=campaign, arm="swarm", round__gte=BEHIND + 1).update(reward=0.05)
+    runs = list(ControlRun.objects.filter(campaign=campaign, tier="tiny-1m", arm="isolated").order_by("seed"))
+    RoundMetrics.objects.filter(campaign=campaign, arm="isolated", tier="tiny-1m", round__gte=BEHIND).delete()
+    ControlRun.objects.filter(pk__in=[r.pk for r in runs]).update(
+        state=ControlRun.State.RUNNING, round=BEHIND
+    )
+    horizon = "() => document.querySelector('#summary tbody tr td:nth-child(2)')?.textContent"
+    with asgi_server(tmp_path / "daphne.log", SERVE_STATIC="1") as base:
+        page.goto(f"{base}{campaign.get_absolute_url()}")
+        page.wait_for_function("() => window.swarmDashboard && window.swarmDashboard.ready")
+        seen = []
+        for number in range(BEHIND, 10):
+            page.wait_for_function(f"() => ({horizon})() === '{number}'", timeout=30_000)
+            numbers = summary_numbers(page)
+            # The swarm (2 swarms), isolated (3 seeds), self-replay (2) and their gains.
+            assert {"swarm", "isolated", "self", "gain vs isolated", "gain vs self"} <= set(numbers), numbers
+            for name, (point, low, high) in numbers.items():
+                assert low <= point <= high, (number, name, point, low, high)
+            seen.append((number, numbers["gain vs isolated"]))
+            report(runs, number)
+        page.wait_for_function(f"() => ({horizon})() === '10'", timeout=30_000)
+        assert all(low <= point <= high for point, low, high in summary_numbers(page).values())
+    # The swarm's reward fell after round 3 while the control's stayed: its gain fell as H grew.
+    gains = [gain[0] for _, gain in seen]
+    assert gains[0] == pytest.approx(40.0, abs=0.1) and gains == sorted(gains, reverse=True), seen
+    assert not page.evaluate("window.swarmDashboard.errors")
