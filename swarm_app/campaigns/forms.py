@@ -242,9 +242,10 @@ class CampaignForm(forms.Form):
         label="Independent swarms per tier (R)",
         min_value=1,
         max_value=MAX_REPLICATES,
-        help_text="nodes are spread over R swarms that share only among themselves; the gain's "
-        "interval compares swarms with control seeds (with R = 1 the gain has no interval: one "
-        "swarm's nodes share a pool and are not independent)",
+        help_text="nodes are spread over R swarms that share only among themselves (a swarm needs "
+        "2 or more nodes to share: plan 2R nodes per tier at least); the gain's interval compares "
+        "swarms with control seeds (with R = 1 the gain has no interval: one swarm's nodes share "
+        "a pool and are not independent)",
     )
     controls_isolated = forms.BooleanField(
         label="Plain isolated control (I + J)/0",

@@ -1,5 +1,5 @@
 """Which model tier a worker trains (the largest of the campaign's tiers its hardware fits), and
-which of the tier's independent swarms it joins (the one with the fewest connected nodes)."""
+which of the tier's independent swarms it joins (a swarm of one first, else the emptiest)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,12 @@ def assign_tier(tiers: list[str], hardware: dict[str, Any], preferred: str | Non
 
 
 def assign_replicate(replicates: int, connected: dict[int, int], joined: dict[int, int]) -> int:
-    """The swarm (0..replicates-1) a new node joins: the fewest connected nodes, then the fewest
-    nodes ever joined, then the lowest number, so that volunteers who leave are replaced where
-    they left and every swarm fills before any grows."""
+    """The swarm (0..replicates-1) a new node joins. A swarm of one node shares nothing, so a
+    node first completes a swarm that has exactly one connected node (the lowest); otherwise it
+    joins the one with the fewest connected nodes, then the fewest ever joined, then the lowest
+    number. Two volunteers make one swarm of two rather than two of one; 2R volunteers make R
+    pairs; more fill the swarms evenly, and a volunteer who leaves is replaced where they left."""
+    alone = [r for r in range(replicates) if connected.get(r, 0) == 1]
+    if alone:
+        return alone[0]
     return min(range(replicates), key=lambda r: (connected.get(r, 0), joined.get(r, 0), r))

@@ -53,7 +53,7 @@ def test_a_node_draws_only_from_its_own_swarm(coordinator, swarms):
 
     async def scenario():
         sessions = {}
-        for i in range(8):  # joined one after another while connected: swarms 0, 1, 2, 3, 0, 1, ...
+        for i in range(8):  # joined one after another while connected: swarms 0, 0, 1, 1, 2, 2, ...
             s = await RawSession.open(coordinator)
             assert (await s.hello(secret, f"node-{i}"))["type"] == "welcome"
             sessions[f"node-{i}"] = s
@@ -66,7 +66,7 @@ def test_a_node_draws_only_from_its_own_swarm(coordinator, swarms):
 
     draws = run(scenario())
     swarm_of = dict(WorkerNode.objects.filter(campaign=swarms).values_list("node_id", "replicate"))
-    assert sorted(Counter(swarm_of.values()).values()) == [2, 2, 2, 2]
+    assert [swarm_of[f"node-{i}"] for i in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert set(PoolRollout.objects.filter(campaign=swarms).values_list("node__node_id", "replicate")) == set(
         swarm_of.items()
     )
@@ -75,3 +75,17 @@ def test_a_node_draws_only_from_its_own_swarm(coordinator, swarms):
         mates = {other for other, r in swarm_of.items() if r == swarm_of[name] and other != name}
         assert {r["agent_id"] for r in draw["rollouts"]} == mates, (name, draw)
         assert len(draw["rollouts"]) == 2  # the mate's 2 groups; the other 12 are other swarms'
+
+
+def test_a_lone_node_is_joined_before_an_empty_swarm_is_started():
+    """Two volunteers make one swarm of two (a swarm of one shares nothing), 2R make R pairs,
+    then the swarms fill evenly and a volunteer who left is replaced in their swarm."""
+    from swarm_app.coordinator.assignment import assign_replicate
+
+    assert assign_replicate(3, {}, {}) == 0
+    assert assign_replicate(3, {0: 1}, {0: 1}) == 0
+    assert assign_replicate(3, {0: 2}, {0: 2}) == 1
+    assert assign_replicate(3, {0: 2, 1: 2, 2: 2}, {0: 2, 1: 2, 2: 2}) == 0
+    assert assign_replicate(3, {0: 3, 1: 2, 2: 2}, {0: 3, 1: 2, 2: 2}) == 1
+    assert assign_replicate(3, {0: 2, 1: 1, 2: 2}, {0: 2, 1: 2, 2: 2}) == 1  # one left swarm 1
+    assert assign_replicate(1, {0: 5}, {0: 9}) == 0

@@ -109,8 +109,9 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     controls: ControlsConfig = msgspec.field(default_factory=ControlsConfig)
     pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
     pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
-    # R independent swarms per tier (issue #26): a joining node is put in the tier's replicate
-    # with the fewest connected nodes, and draws only from its replicate's rollouts. One swarm's
+    # R independent swarms per tier (issue #26): a joining node completes a swarm of one, else
+    # joins the tier's swarm with the fewest connected nodes (coordinator/assignment.py), and
+    # draws only from its swarm's rollouts. One swarm's
     # nodes share a pool and are not independent: the gain's interval resamples swarms against
     # control seeds, so a campaign with R = 1 shows its gain without an interval.
     replicates: int = 1
