@@ -144,8 +144,10 @@ def test_running_campaign_shows_elapsed_and_time_left_live(transactional_db, pag
         # 5 rounds in the 10 min and some seconds since the start: 15 to go at that rate, about
         # 30 min (31 once more than 10 min 15 s have passed, as on a loaded machine); the
         # self-replay seeds' 10 in the same time: about 10 min (11 past 10 min 30 s).
-        swarm = page.inner_text("#run-eta li[data-arm=swarm] .eta-text")
-        assert re.match(r"5 of 20 rounds · about 3[01] min left", swarm), swarm
+        swarm = "#run-eta li[data-arm=swarm] .eta-text"
+        assert re.match(r"5 of 20 rounds · about 3[01] min left", page.inner_text(swarm)), page.inner_text(
+            swarm
+        )
         own = page.inner_text("#run-eta li[data-arm=self] .eta-text")
         assert re.match(r"10 of 20 rounds · about 1[01] min left", own), own
         assert "estimate from the rate so far" in page.inner_text("#run-eta-note")
