@@ -172,7 +172,9 @@ def test_running_campaign_shows_elapsed_and_time_left_live(transactional_db, pag
             timeout=40_000,
         )
         assert page.evaluate("window.swarmRun.fetches") > fetched and time.monotonic() - started < 40
-        assert "about 10 min left" in page.inner_text(swarm), page.inner_text(swarm)
+        # 10 rounds in 10 min and some seconds: about 10 min left (11 past 10 min 30 s, as on a
+        # loaded machine: CI's side-by-side suites read 11).
+        assert re.search(r"about 1[01] min left", page.inner_text(swarm)), page.inner_text(swarm)
 
         # Stopped on the server (its controls exit after their round): the page says so at once,
         # with the verdict on the rounds run.
