@@ -5,6 +5,7 @@ swarm-worker join URL               train with a swarm (token from --token or $S
 swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #29), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
 swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
+swarm-worker heterogeneous          two model sizes in one pool vs a pool per size vs alone (#29)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from worker import __version__
+from worker.research import heterogeneous_cli
 from worker.research.study import (
     ARM_ORDER,
     DEFAULT_DESIGN,
@@ -584,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     batches.add_argument("results", type=Path, nargs="?", default=DEFAULT_OUT)
     batches.set_defaults(func=cmd_study_batches)
+    heterogeneous_cli.add_parser(sub)
     return parser
 
 

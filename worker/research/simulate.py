@@ -1,6 +1,7 @@
 """The in-process swarm simulator: N agents, one shared pool, lockstep rounds.
 
-Every agent starts from the same weights (the tier's) and gets its own question stream, seeded
+Every agent starts from its tier's weights (one tier for all, or one per agent: a heterogeneous
+swarm, where one pool or one pool per tier is shared) and gets its own question stream, seeded
 by (seed, agent index) only, so every arm of a study sees the same questions and arms can be
 compared pairwise (an arm that generates fewer questions than the base config, 4/4@B4, gets the
 first B of the same round's questions). Each round, all agents generate and share before any agent trains, so a
@@ -41,12 +42,25 @@ class SimulationConfig:
     pool_window: int = 256  # rollouts: the most recent ones are sampled
     checkpoint_every: int = 0  # rounds; 0 = never
     backend: str = "transformers"  # generation backend of every agent: transformers, vllm or auto
+    # A heterogeneous swarm: agent i's tier (len == agents); None: every agent's is ``tier``
+    tiers: list[str] | None = None
+    # One pool per tier (each size shares only with itself) instead of one for all agents
+    pool_per_tier: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tiers is not None and len(self.tiers) != self.agents:
+            raise ValueError(f"tiers names {len(self.tiers)} agents' tiers, agents is {self.agents}")
+
+    def agent_tiers(self) -> list[str]:
+        return list(self.tiers) if self.tiers is not None else [self.tier] * self.agents
 
     def to_json(self) -> dict:
         return {
             "agents": self.agents,
             "rounds": self.rounds,
             "tier": self.tier,
+            "tiers": self.tiers,
+            "pool_per_tier": self.pool_per_tier,
             "seed": self.seed,
             "tasks": self.mix.to_json(),
             "agent": self.agent.to_json(),
@@ -63,23 +77,42 @@ def agent_config_for(base: AgentConfig, arm: Arm) -> AgentConfig:
     return arm.apply(base)
 
 
+def pool_windows(tiers: list[str], pool_window: int, per_tier: bool) -> dict[str, int]:
+    """The pools of a sharing arm of agents of ``tiers`` by key ("" for one pool of every agent,
+    else the tier's name) and each one's window: ``pool_window`` for all agents, and a per-tier
+    pool the same share of it as of the agents, so its rollouts are as old in rounds
+    (window_t = pool_window x agents_t / agents)."""
+    if not per_tier:
+        return {"": pool_window}
+    return {t: max(1, pool_window * tiers.count(t) // len(tiers)) for t in dict.fromkeys(tiers)}
+
+
 class Swarm:
-    """The agents of one arm and their pool (None for isolated arms)."""
+    """The agents of one arm and their pools (none for isolated arms)."""
 
     def __init__(self, config: SimulationConfig, arm: Arm, cache_dir: Path, log=print) -> None:
         self.config = config
         self.arm = arm
-        self.pool = RolloutPool(config.pool_window) if arm.shares else None
-        spec = tier(config.tier)
+        self.pools = (
+            {
+                key: RolloutPool(window)
+                for key, window in pool_windows(
+                    config.agent_tiers(), config.pool_window, config.pool_per_tier
+                ).items()
+            }
+            if arm.shares
+            else {}
+        )
         agent_config = agent_config_for(config.agent, arm)
         # Every agent generates with the same backend; vLLM agents each hold an engine synced
         # from their own policy after every step, exactly as a volunteer's worker does.
         hardware = detect(cache_dir)
         backend_name, reason = choose_backend(config.backend, hardware)
         log(f"{arm.name}: generation backend {reason}")
-        model_dir = resolve(spec, cache_dir, log=log)
         self.agents: list[Agent] = []
-        for index in range(config.agents):
+        for index, tier_name in enumerate(config.agent_tiers()):
+            spec = tier(tier_name)
+            model_dir = resolve(spec, cache_dir, log=log)
             model, tokenizer = load_policy(spec, cache_dir, log=log)
             backend = make_backend(
                 backend_name,
@@ -96,7 +129,7 @@ class Swarm:
             transport = LocalTransport(
                 config.mix,
                 stable_seed(config.seed, index, "questions"),
-                self.pool,
+                self.pools.get(tier_name if config.pool_per_tier else ""),
                 stride=config.agent.questions_per_round,
             )
             agent_id = f"agent-{index}"
@@ -122,6 +155,18 @@ class Swarm:
         for agent in self.agents:
             agent.generate_phase()
         metrics = [agent.train_phase() for agent in self.agents]
+        if self.config.tiers is not None:  # what crossed sizes: the heterogeneous swarm's check
+            size = {
+                agent.agent_id: tier_name
+                for agent, tier_name in zip(self.agents, self.config.tiers, strict=True)
+            }
+            for agent, m in zip(self.agents, metrics, strict=True):
+                m["batch/external_other_tier"] = float(
+                    sum(
+                        source == "pool" and size[owner] != size[agent.agent_id]
+                        for _, owner, _, source in agent.last_batch
+                    )
+                )
         for agent, m in zip(self.agents, metrics, strict=True):
             self.history[agent.agent_id].append(m)
         return metrics
@@ -132,7 +177,7 @@ class Swarm:
             agent.save(directory / f"{agent.agent_id}.pt")
         state = {
             "history": self.history,
-            "pool": self.pool.to_json() if self.pool else None,
+            "pools": {key: pool.to_json() for key, pool in self.pools.items()},
             "round": self.round,
         }
         write_json_atomic(directory / "swarm.json", state, indent=None)
@@ -145,8 +190,10 @@ class Swarm:
         state = json.loads(state_file.read_text())
         for agent in self.agents:
             agent.load(directory / f"{agent.agent_id}.pt")
-        if self.pool is not None and state["pool"] is not None:
-            self.pool.load_json(state["pool"])
+        # checkpoints written before per-tier pools hold one pool under "pool"
+        pools = state.get("pools", {"": state.get("pool") or []})
+        for key, pool in self.pools.items():
+            pool.load_json(pools[key])
         self.history = state["history"]
         return True
 

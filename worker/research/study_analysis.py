@@ -133,10 +133,35 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
         "v2": (COMPARISONS, FAMILY, PRIMARY),
         "v3": (V3_COMPARISONS, V3_FAMILY, V3_PRIMARY),
     }[design]
-    family = set(family_pairs)
+    comparisons = compare(results, pairs, family_pairs, resamples, known=set(arms))
+    members = [c for c in comparisons if c.preregistered]
+    return Analysis(
+        config,
+        arms,
+        comparisons,
+        resamples,
+        old_design=old,
+        primary=primary,
+        family_size=len(members),
+        design=design,
+    )
+
+
+def compare(
+    results: dict[str, Any],
+    pairs: list[tuple[str, str]],
+    family: list[tuple[str, str]],
+    resamples: int = stats.BOOTSTRAP_RESAMPLES,
+    known: set[str] | None = None,
+) -> list[Comparison]:
+    """Each pair (a, b) of ``pairs`` as a - b over the seeds where both arms ran (``known``: the
+    arms to consider, default every arm of the file), tested with the exact sign-flip test; the
+    pairs in ``family`` are pre-registered and get Holm's adjustment over them (only)."""
+    config = results["config"]
+    known = set(config["arms"]) if known is None else known
     comparisons: list[Comparison] = []
     for a, b in pairs:
-        if a not in arms or b not in arms:
+        if a not in known or b not in known:
             continue
         va, vb = _seed_values(results, a), _seed_values(results, b)
         seeds = [s for s in config["seeds"] if s in va and s in vb]
@@ -166,16 +191,7 @@ def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES)
     members = [c for c in comparisons if c.preregistered]
     for comparison, adjusted in zip(members, stats.holm([c.p_value for c in members]), strict=True):
         comparison.holm_p = adjusted
-    return Analysis(
-        config,
-        arms,
-        comparisons,
-        resamples,
-        old_design=old,
-        primary=primary,
-        family_size=len(members),
-        design=design,
-    )
+    return comparisons
 
 
 # --- the time course (issue #29 item 4): windows of rounds and slopes of paired differences ----

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from worker.research import heterogeneous_report
+from worker.research.heterogeneous import DESIGN
 from worker.research.study import (
     BASELINE,
     FAMILY,
@@ -345,8 +347,11 @@ def compute_words(config: dict[str, Any]) -> str:
 def write_report(
     results_path: Path, out: Path | None = None, resamples: int = stats.BOOTSTRAP_RESAMPLES
 ) -> Path:
-    """Write the markdown report (and its PNGs next to it); returns the report's path."""
+    """Write the markdown report (and its PNGs next to it); returns the report's path. A file of
+    the heterogeneous swarm (worker/research/heterogeneous.py) gets that study's report."""
     results = json.loads(Path(results_path).read_text())
+    if results["config"].get("design") == DESIGN:
+        return heterogeneous_report.write_report(results_path, out, resamples)
     out = out or Path(results_path).with_suffix(".md")
     out.parent.mkdir(parents=True, exist_ok=True)
     analysis = analyse(results, resamples)

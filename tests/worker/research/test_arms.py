@@ -168,7 +168,7 @@ def test_external_rollouts_carry_their_generators_log_probs(tiny_1m_dir):
     generator = s.agents[0]
     group = generator._local[0]
     behaviour = group.rollout.behaviour
-    shared = next(r for r in s.pool.rollouts if r.rollout_id == group.rollout.rollout_id)
+    shared = next(r for r in s.pools[""].rollouts if r.rollout_id == group.rollout.rollout_id)
     assert shared.behaviour is behaviour and shared.schema_version == 2  # in the record itself
     wire = json.loads(json.dumps(shared.to_json()))
     travelled = Rollout.from_json(wire)
