@@ -248,6 +248,9 @@ class GRPOLearner:
             lr=config.learning_rate,
             betas=config.adam_betas,
             weight_decay=config.weight_decay,
+            # one tensor at a time: the default multi-tensor update on CUDA holds a temporary as
+            # large as all the weights (worker/engine/memory.py), this one the largest tensor's
+            foreach=False,
         )
         self.ref_model = None
         if config.beta != 0.0:
@@ -277,6 +280,7 @@ class GRPOLearner:
             gradient_checkpointing=self.config.gradient_checkpointing,
             chunk_tokens=self.chunk_tokens,
             optimizer_state_allocated=bool(self.optimizer.state),
+            weight_bytes=next(self.model.parameters()).element_size(),
         )
 
     def _set_checkpointing(self, on: bool) -> None:
@@ -461,4 +465,6 @@ class GRPOLearner:
         metrics.update(external_stats.metrics())
         if self.device.type == "cuda":
             metrics["peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / GIB
+            # what the allocator held at its peak: allocated plus its cached, fragmented blocks
+            metrics["peak_reserved_memory_gib"] = torch.cuda.max_memory_reserved(self.device) / GIB
         return metrics

@@ -31,9 +31,10 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from worker.shared.rollout import Rollout
+if TYPE_CHECKING:  # annotations only: the learner imports this module without msgspec (bench/gpu_check.py)
+    from worker.shared.rollout import Rollout
 
 Strategy = Literal["uniform", "nonzero_advantage"]
 STRATEGIES: tuple[str, ...] = ("uniform", "nonzero_advantage")
