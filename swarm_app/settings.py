@@ -42,10 +42,20 @@ Environment variables (see platform/.env.example):
                      DB_POOL_MIN, DB_POOL_MAX size it
     SWARM_BENCH_ECHO 1/0: serve the bare websocket echo /ws/echo/, the baseline of
                      bench/coordinator.py (which sets it for the servers it starts; default 0)
+    METRICS_ALLOWED_ADDRESSES  comma-separated addresses or networks (CIDR) whose requests
+                     /metrics answers (default 127.0.0.1,::1); requests through the proxy
+                     (X-Forwarded-For, Forwarded or X-Real-IP present) are always refused. A
+                     network that covers every address needs METRICS_TOKEN
+    METRICS_TOKEN    set: /metrics also needs "Authorization: Bearer <token>" (32+ characters)
+    PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
+                     missing) where every process of the host keeps its counts, so that a scrape of
+                     any of them reports all; one per host (PID namespace), set before the processes
+                     start (default unset: each process reports its own)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -341,6 +351,49 @@ SWARM_ALLOW_LOCAL_WORKERS = env_bool("SWARM_ALLOW_LOCAL_WORKERS", False)
 # use it to make the server buffer and send megabytes.
 SWARM_BENCH_ECHO = env_bool("SWARM_BENCH_ECHO", False)
 
+
+# --- Metrics (/metrics, swarm_app/coordinator/scrape.py; docs/deploy.md "Metrics") ----------
+def _metrics_addresses() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    networks = []
+    for item in env_list("METRICS_ALLOWED_ADDRESSES", ["127.0.0.1", "::1"]):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"METRICS_ALLOWED_ADDRESSES: {item!r} is not an address or a network (CIDR)"
+            ) from None
+    return networks
+
+
+METRICS_ALLOWED_ADDRESSES = _metrics_addresses()
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+if METRICS_TOKEN and (len(METRICS_TOKEN) < 32 or METRICS_TOKEN == EXAMPLE_SECRET_KEY or " " in METRICS_TOKEN):
+    raise ImproperlyConfigured(
+        "METRICS_TOKEN must be 32 or more characters without spaces; generate one with: "
+        'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+    )
+if not METRICS_TOKEN and any(network.prefixlen == 0 for network in METRICS_ALLOWED_ADDRESSES):
+    raise ImproperlyConfigured(
+        "METRICS_ALLOWED_ADDRESSES covers every address: set METRICS_TOKEN too, or name the "
+        "scraper's address or network"
+    )
+# Read by prometheus_client itself when it is imported (swarm_app/coordinator/telemetry.py);
+# checked here so that a wrong path stops the process at start, not at its first count.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if not PROMETHEUS_MULTIPROC_DIR:
+    # Set but empty would still switch prometheus_client to multiprocess mode (it tests for the
+    # name), with its files in the working directory.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+else:
+    try:
+        Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ImproperlyConfigured(
+            f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR!r}: {error}"
+        ) from None
+    if not os.access(PROMETHEUS_MULTIPROC_DIR, os.W_OK | os.X_OK):
+        raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR!r} is not writable")
+
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -390,9 +443,10 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not EMBEDDED)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # nginx redirects port 80 itself; this covers a server reached without it (a Heroku-style
-# router). /healthz stays reachable over plain http for the compose and local health checks.
+# router). /healthz stays reachable over plain http for the compose and local health checks, and
+# /metrics for a scraper on the private network (it never answers through the proxy).
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # HSTS on https responses (Django sends it only on requests it sees as secure; nginx.conf sends
 # the same header for what it serves itself).
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if EMBEDDED else "31536000"))

@@ -6,12 +6,16 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from swarm_app.campaigns import views as campaign_views
+from swarm_app.coordinator import scrape
 from swarm_app.core import views as core_views
 
 urlpatterns = [
     path("", campaign_views.status, name="home"),
     path("", include("swarm_app.campaigns.urls")),
     path("healthz", core_views.healthz, name="healthz"),
+    # Prometheus's scrape, for operators only: refused through the proxy, from addresses outside
+    # METRICS_ALLOWED_ADDRESSES and without METRICS_TOKEN when one is set (coordinator/scrape.py).
+    path("metrics", scrape.metrics, name="metrics"),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin's, JSON, files).
     path("favicon.ico", RedirectView.as_view(url=static("swarm/favicon.ico"), permanent=True)),
     # Django's own login and logout views, with templates in the site's layout

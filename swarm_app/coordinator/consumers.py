@@ -17,8 +17,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
-from swarm_app.coordinator import groups, leases, pool, sessions, submissions
-from swarm_app.coordinator.database import db, in_flight, queue_limit
+from swarm_app.coordinator import groups, leases, pool, sessions, submissions, telemetry
+from swarm_app.coordinator.database import database_threads, db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
 from swarm_app.core.consumers import NoDatabaseHopDispatch
@@ -77,12 +77,21 @@ class Admission:
 ADMISSION = Admission()
 
 
+def _describe_process() -> None:
+    """This process's database threads and busy threshold, for the scrape (idempotent)."""
+    telemetry.DB_THREADS.set(database_threads())
+    telemetry.DB_QUEUE_LIMIT.set(queue_limit())
+
+
 class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
     node: WorkerNode | None = None
     hello_timer: asyncio.Future | None = None
+    labels: tuple[str, str] = ("", "")  # telemetry's campaign and tier: the node's, after hello
 
     async def connect(self) -> None:
         self.node = None
+        self.labels = ("", "")
+        _describe_process()
         self.bucket = TokenBucket(settings.WORKER_RATE_PER_SECOND, settings.WORKER_RATE_BURST)
         self.unexpected = UnexpectedErrorLog(log, "worker message")
         await self.accept()
@@ -101,6 +110,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         if self.node is not None:
+            telemetry.CONNECTED.labels(*self.labels).dec()
             # The database first: the channel layer may be away, the node is disconnected anyway.
             PRESENCE.forget(self.node.pk)
             await db(sessions.disconnected)(self.node)
@@ -109,6 +119,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         request_id = None
+        started = time.perf_counter()
         try:
             if not self.bucket.take():
                 request_id = protocol.peek_id(text_data) if text_data is not None else None
@@ -122,7 +133,16 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             request_id = message.id
             reply_type, fields = await self.dispatch_message(message)
             await self.send(protocol.encode(reply_type, reply_to=request_id, **fields))
+            if message.type in DATABASE_WORK:
+                telemetry.ACK_SECONDS.labels(*self.labels, message.type).observe(
+                    time.perf_counter() - started
+                )
+                if reply_type == "submit_ack":
+                    telemetry.ROUNDS_ACKED.labels(*self.labels).inc()
         except ProtocolError as error:
+            telemetry.ERRORS.labels(*self.labels, error.code.value).inc()
+            if error.code == ErrorCode.BUSY:
+                telemetry.BUSY.labels(*self.labels).inc()
             await self.send(
                 protocol.error(error.code, error.message, request_id or error.request_id, error.data)
             )
@@ -130,6 +150,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
                 await self.close(code=CLOSE_CODES.get(error.code, 4000))
         except Exception:
             self.unexpected.exception()
+            telemetry.ERRORS.labels(*self.labels, ErrorCode.INTERNAL.value).inc()
             await self.send(
                 protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
             )
@@ -140,10 +161,16 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         if self.node is None:
             raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {message.type}")
         PRESENCE.touch(self.node.pk)  # any message proves liveness
-        if message.type in DATABASE_WORK:
-            ADMISSION.admit()
         handler = getattr(self, f"on_{message.type}")
-        return await handler(message.fields)
+        if message.type not in DATABASE_WORK:
+            return await handler(message.fields)
+        ADMISSION.admit()
+        queued = telemetry.DB_IN_FLIGHT.labels(*self.labels)
+        queued.inc()
+        try:
+            return await handler(message.fields)
+        finally:
+            queued.dec()
 
     async def on_hello(self, fields: dict[str, Any]) -> dict[str, Any]:
         if self.node is not None:
@@ -154,6 +181,8 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         }
         node, welcome = await db(sessions.hello)(fields, limits)
         self.node = node
+        self.labels = telemetry.labels(node.campaign_id, node.tier)
+        telemetry.CONNECTED.labels(*self.labels).inc()
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         PRESENCE.pushed_state(node.campaign_id, welcome["campaign"]["state"])

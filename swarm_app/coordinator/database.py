@@ -40,6 +40,11 @@ class _Load:
     in_flight = 0
 
 
+def database_threads() -> int:
+    """This process's database threads (0: SQLite's one thread-sensitive thread)."""
+    return _THREADS
+
+
 def in_flight() -> int:
     return _Load.in_flight
 

@@ -1,0 +1,127 @@
+"""``GET /metrics``: the coordinator's figures in Prometheus's text format, for operators only.
+
+Who may scrape (settings, docs/deploy.md "Metrics"), checked in this order:
+
+1. a request that came through the public proxy is refused (403): it carries the header the
+   proxy adds (``X-Forwarded-For``, ``Forwarded`` or ``X-Real-IP``; platform/nginx.conf sets
+   ``X-Forwarded-For`` on every request it passes, and answers ``/metrics`` itself with 404);
+2. the peer's address must be in ``METRICS_ALLOWED_ADDRESSES`` (default loopback only), else 403;
+3. with ``METRICS_TOKEN`` set, ``Authorization: Bearer <token>`` must carry it, else 401.
+
+What it reports: the instruments of telemetry.py (every process of the host in multiprocess
+mode, else this process's), then what the database knows, read now, for campaigns that are not
+finished: the pool's window and the rollouts in it per tier (what a draw can reach), the
+rollouts shared since the start, and the nodes marked connected.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from swarm_app.campaigns.models import Campaign
+from swarm_app.coordinator import telemetry
+from swarm_app.coordinator.models import PoolRollout, WorkerNode
+
+PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """The answer to a scrape that is not allowed, or None when it is (rules: module docstring)."""
+    if any(request.META.get(header) for header in PROXY_HEADERS):
+        return HttpResponse("/metrics is not served through the public proxy\n", status=403)
+    try:
+        peer = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return HttpResponse("/metrics: unknown client address\n", status=403)
+    if not any(peer in network for network in settings.METRICS_ALLOWED_ADDRESSES):
+        return HttpResponse("/metrics is not served to this address\n", status=403)
+    if settings.METRICS_TOKEN:
+        sent = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _, token = sent.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), settings.METRICS_TOKEN.encode()
+        ):
+            response = HttpResponse("/metrics needs its bearer token\n", status=401)
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    return None
+
+
+class DatabaseCollector(Collector):
+    """The figures the database holds, read at scrape time (deployment-wide: every server's
+    scrape reports the same values; aggregate them with max, not sum)."""
+
+    def collect(self) -> Iterator:
+        campaigns = list(
+            Campaign.objects.exclude(state__in=Campaign.FINISHED).values_list(
+                "pk", "config", "rollout_sequence"
+            )
+        )
+        window = GaugeMetricFamily(
+            "swarm_pool_window", "The pool's sampling window (pool_window), in rollouts", labels=["campaign"]
+        )
+        in_window = GaugeMetricFamily(
+            "swarm_pool_window_rollouts",
+            "Rollouts in the pool's window now (what a draw can reach), by tier",
+            labels=["campaign", "tier"],
+        )
+        shared = CounterMetricFamily(
+            "swarm_pool_shared_rollouts", "Rollouts the campaign's pool accepted", labels=["campaign"]
+        )
+        connected = GaugeMetricFamily(
+            "swarm_nodes_marked_connected",
+            "Nodes the database marks connected (all servers), by campaign and tier",
+            labels=["campaign", "tier"],
+        )
+        ids = [pk for pk, _config, _sequence in campaigns]
+        for pk, config, sequence in campaigns:
+            size = int(config.get("pool_window", 256))
+            window.add_metric([str(pk)], size)
+            shared.add_metric([str(pk)], sequence)
+            rows = (
+                PoolRollout.objects.filter(campaign_id=pk, sequence__gt=sequence - size, in_pool=True)
+                .values("tier")
+                .annotate(n=Count("id"))
+            )
+            for row in rows:
+                in_window.add_metric([str(pk), row["tier"]], row["n"])
+        nodes = (
+            WorkerNode.objects.filter(campaign_id__in=ids, connected=True)
+            .values("campaign_id", "tier")
+            .annotate(n=Count("id"))
+        )
+        for row in nodes:
+            connected.add_metric([str(row["campaign_id"]), row["tier"]], row["n"])
+        yield from (window, in_window, shared, connected)
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    refused = refusal(request)
+    if refused is not None:
+        return refused
+    if telemetry.MULTIPROC_DIR:
+        telemetry.sweep_dead()
+        processes = CollectorRegistry()
+        MultiProcessCollector(processes, path=telemetry.MULTIPROC_DIR)
+    else:
+        processes = REGISTRY
+    database = CollectorRegistry()
+    database.register(DatabaseCollector())
+    return HttpResponse(
+        generate_latest(processes) + generate_latest(database), content_type=CONTENT_TYPE_LATEST
+    )
