@@ -16,6 +16,13 @@ import torch
 from worker.shared.files import write_atomic
 
 
+def checkpoint_bytes(params: int) -> int:
+    """The size of a checkpoint of a model of ``params`` parameters: its fp32 weights (4 bytes a
+    parameter) and AdamW's two fp32 moments (8), what :func:`save_checkpoint` writes (measured
+    within a few percent in tests/worker/engine/test_doctor.py)."""
+    return params * (4 + 8)
+
+
 def save_checkpoint(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
 ) -> None:
