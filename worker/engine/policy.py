@@ -4,9 +4,10 @@ local directory (the offline-built tiny tiers, worker/engine/tiny.py) or a hub i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.shared.tiers import ModelSpec
+if TYPE_CHECKING:  # annotations only: the learner imports without the tiers' dependencies
+    from worker.shared.tiers import ModelSpec
 
 
 def resolve(spec: ModelSpec, cache_dir: Path, log=print) -> str:

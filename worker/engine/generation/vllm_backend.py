@@ -45,12 +45,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from worker.engine.generation.base import Sample
-from worker.shared.tiers import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the learner imports without the tiers' dependencies
+    from worker.shared.tiers import ModelSpec
 
 GIB = 1024**3
 
