@@ -47,6 +47,10 @@ Environment variables (see platform/.env.example):
                      (X-Forwarded-For, Forwarded or X-Real-IP present) are always refused. A
                      network that covers every address needs METRICS_TOKEN
     METRICS_TOKEN    set: /metrics also needs "Authorization: Bearer <token>" (32+ characters)
+    POOL_ARCHIVE_SECONDS  how often Celery beat moves rollouts no draw can reach out of the hot
+                     pool table (swarm_app/coordinator/archive.py; default 300)
+    POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
+                     window (its node's metrics report reads it; default 3600)
     PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
                      missing) where every process of the host keeps its counts, so that a scrape of
                      any of them reports all; one per host (PID namespace), set before the processes
@@ -311,6 +315,23 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Celery worker died); beat checks a few times per period.
 CONTROL_STALE_SECONDS = float(os.environ.get("SWARM_CONTROL_STALE_SECONDS", "30"))
 
+
+def env_seconds(name: str, default: float, minimum: float) -> float:
+    value = os.environ.get(name) or str(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected a number of seconds") from None
+    if not minimum <= seconds < float("inf"):
+        raise ImproperlyConfigured(f"{name}={value!r}: expected at least {minimum:g} seconds")
+    return seconds
+
+
+# Bounded storage (swarm_app/coordinator/archive.py): how often beat moves the rollouts no draw
+# can reach out of the hot pool table, and how long every rollout stays there at least.
+POOL_ARCHIVE_SECONDS = env_seconds("POOL_ARCHIVE_SECONDS", 300, 1)
+POOL_ARCHIVE_GRACE_SECONDS = env_seconds("POOL_ARCHIVE_GRACE_SECONDS", 3600, 0)
+
 CELERY_BEAT_SCHEDULE = {
     "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
     # Housekeeping that a busy worker runs late is dropped rather than run in a pile (expires).
@@ -325,6 +346,11 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 10.0},
     },
     # Keeps the dashboard rollups current, so a first page view reads them instead of raw rows.
+    "archive-pool": {
+        "task": "coordinator.archive_pool",
+        "schedule": POOL_ARCHIVE_SECONDS,
+        "options": {"expires": POOL_ARCHIVE_SECONDS},
+    },
     "refresh-dashboards": {
         "task": "campaigns.refresh_dashboards",
         "schedule": 5.0,

@@ -247,6 +247,13 @@ class CampaignForm(forms.Form):
         "swarms with control seeds (with R = 1 the gain has no interval: one swarm's nodes share "
         "a pool and are not independent)",
     )
+    pool_retention = forms.ChoiceField(
+        label="Rollouts past the pool's window",
+        choices=[("archive", "archive: kept compressed, downloadable"), ("delete", "delete")],
+        required=False,  # a form posted without it (older clients): archive, the default
+        help_text="rollouts no pool draw can reach any more leave the live pool on a schedule: into "
+        "the campaign's archive (a compressed JSONL download for organizers) or deleted",
+    )
     controls_isolated = forms.BooleanField(
         label="Plain isolated control (I + J)/0",
         required=False,
@@ -388,6 +395,7 @@ class CampaignForm(forms.Form):
             "rounds": config.rounds,
             "seed": config.seed,
             "replicates": config.replicates,
+            "pool_retention": config.pool_retention,
             "controls_isolated": config.controls.isolated,
             "controls_filtered": config.controls.filtered,
             "controls_self_replay": config.controls.self_replay,
@@ -516,6 +524,7 @@ class CampaignForm(forms.Form):
             "rounds": data["rounds"],
             "seed": data["seed"],
             "replicates": data["replicates"],
+            "pool_retention": data.get("pool_retention") or base.pool_retention,
             "max_new_tokens": data["max_new_tokens"],
             "grpo": grpo,
             "controls": ControlsConfig(

@@ -20,6 +20,7 @@ urlpatterns = [
         for action in views.ACTIONS
     ],
     path("campaigns/<int:pk>/tokens/", views.campaign_tokens, name="campaign-tokens"),
+    path("campaigns/<int:pk>/rollouts.jsonl.gz", views.rollouts_download, name="campaign-rollouts"),
     path("campaigns/<int:pk>/tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
     path("api/status", api.status_json, name="api-status"),
     path("api/campaigns/<int:pk>/dashboard", api.dashboard_json, name="api-dashboard"),

@@ -17,10 +17,10 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info
 from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
@@ -220,3 +220,17 @@ def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
         f"Token {token.prefix}… revoked; workers using it are disconnected now and refused from now on.",
     )
     return redirect("campaign-tokens", pk=campaign.pk)
+
+
+@require_GET
+@staff_required
+def rollouts_download(request: HttpRequest, pk: int) -> HttpResponse:
+    """Every rollout of the campaign, archived or still in the pool, as gzip-compressed JSONL
+    (one rollout a line, each once), streamed (swarm_app/coordinator/archive.py)."""
+    from swarm_app.coordinator import archive
+
+    campaign = get_object_or_404(Campaign, pk=pk)
+    response = StreamingHttpResponse(archive.stream(campaign.pk), content_type="application/gzip")
+    response["Content-Disposition"] = f'attachment; filename="campaign-{campaign.pk}-rollouts.jsonl.gz"'
+    response["Cache-Control"] = "no-store"
+    return response

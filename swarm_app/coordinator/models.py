@@ -167,3 +167,25 @@ class PoolRollout(models.Model):
 
     def __str__(self) -> str:
         return f"rollout {self.sequence} of campaign {self.campaign_id}"
+
+
+class PoolArchive(models.Model):
+    """A batch of a campaign's rollouts moved out of the hot pool table (archive.py): no draw could
+    reach them any more. ``data`` is one gzip member of JSONL lines (one rollout each, as the
+    archive download writes them), empty when the campaign's ``pool_retention`` deleted them."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="pool_archives")
+    first_sequence = models.BigIntegerField()
+    last_sequence = models.BigIntegerField()
+    rollouts = models.IntegerField(help_text="rollouts moved out of the pool by this batch")
+    deleted = models.BooleanField(default=False, help_text="dropped (pool_retention 'delete'), not kept")
+    data = models.BinaryField(blank=True, help_text="gzip of the rollouts' JSONL lines")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["campaign", "id"], name="pool_archive_by_campaign")]
+
+    def __str__(self) -> str:
+        return (
+            f"archive of rollouts {self.first_sequence}..{self.last_sequence} of campaign {self.campaign_id}"
+        )

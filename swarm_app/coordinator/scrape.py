@@ -11,7 +11,8 @@ Who may scrape (settings, docs/deploy.md "Metrics"), checked in this order:
 What it reports: the instruments of telemetry.py (every process of the host in multiprocess
 mode, else this process's), then what the database knows, read now, for campaigns that are not
 finished: the pool's window and the rollouts in it per tier (what a draw can reach), the
-rollouts shared since the start, and the nodes marked connected.
+rollouts shared since the start, those moved out of the hot table (archive.py) and the nodes
+marked connected.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -33,7 +34,7 @@ from prometheus_client.registry import Collector
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator import telemetry
-from swarm_app.coordinator.models import PoolRollout, WorkerNode
+from swarm_app.coordinator.models import PoolArchive, PoolRollout, WorkerNode
 
 PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 
@@ -81,6 +82,11 @@ class DatabaseCollector(Collector):
         shared = CounterMetricFamily(
             "swarm_pool_shared_rollouts", "Rollouts the campaign's pool accepted", labels=["campaign"]
         )
+        archived = GaugeMetricFamily(
+            "swarm_pool_moved_rollouts",
+            "Rollouts moved out of the hot table (archive.py), by the campaign's pool_retention",
+            labels=["campaign", "retention"],
+        )
         connected = GaugeMetricFamily(
             "swarm_nodes_marked_connected",
             "Nodes the database marks connected (all servers), by campaign and tier",
@@ -98,6 +104,14 @@ class DatabaseCollector(Collector):
             )
             for row in rows:
                 in_window.add_metric([str(pk), row["tier"]], row["n"])
+        moved = (
+            PoolArchive.objects.filter(campaign_id__in=ids)
+            .values("campaign_id", "deleted")
+            .annotate(n=Sum("rollouts"))
+        )
+        for row in moved:
+            retention = "delete" if row["deleted"] else "archive"
+            archived.add_metric([str(row["campaign_id"]), retention], row["n"] or 0)
         nodes = (
             WorkerNode.objects.filter(campaign_id__in=ids, connected=True)
             .values("campaign_id", "tier")
@@ -105,7 +119,7 @@ class DatabaseCollector(Collector):
         )
         for row in nodes:
             connected.add_metric([str(row["campaign_id"]), row["tier"]], row["n"])
-        yield from (window, in_window, shared, connected)
+        yield from (window, in_window, shared, archived, connected)
 
 
 @never_cache

@@ -1,4 +1,5 @@
-"""Celery tasks of the coordinator: pool sampling off the ASGI servers, and liveness (beat)."""
+"""Celery tasks of the coordinator: pool sampling off the ASGI servers, liveness and the pool's
+archive (beat)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from swarm_app.coordinator import liveness, pool
+from swarm_app.coordinator import archive, liveness, pool
 
 
 @shared_task(name="coordinator.sample_pool")
@@ -19,3 +20,9 @@ def sample_pool(
 @shared_task(name="coordinator.update_liveness", ignore_result=True)
 def update_liveness() -> dict[str, int]:
     return liveness.update_liveness()
+
+
+@shared_task(name="coordinator.archive_pool", ignore_result=False)
+def archive_pool() -> dict[str, int]:
+    """Rollouts no draw can reach any more out of the hot pool table (archive.py)."""
+    return {str(pk): count for pk, count in archive.archive_all().items()}

@@ -81,6 +81,13 @@ DB_QUEUE_LIMIT = Gauge(
     multiprocess_mode="livesum",
 )
 
+ARCHIVED = Counter(
+    "swarm_pool_archived_rollouts",
+    "Rollouts moved out of the hot pool table (archive.py), by the campaign's pool_retention "
+    "(archive or delete); counted in the Celery worker that ran the task",
+    ("campaign", "retention"),
+)
+
 _LIVE_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db$")
 
 

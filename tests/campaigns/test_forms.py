@@ -431,3 +431,16 @@ def test_batch_rules_that_cannot_run_are_refused_next_to_their_field(staff):
     )
     assert response.status_code == 200 and not Campaign.objects.exists()
     assert any("decay rule ends at I + J = 10" in e for e in field_errors(response, "num_external"))
+
+
+def test_the_organizer_chooses_what_becomes_of_rollouts_past_the_window(staff):
+    """pool_retention (issue 31 item 2): archive by default, delete when chosen; anything else
+    refused by the form."""
+    from tests.campaigns.helpers import form_data
+
+    assert staff.get(reverse("campaign-new")).context["form"].initial["pool_retention"] == "archive"
+    for choice, expected in (("delete", "delete"), (None, "archive")):
+        staff.post(reverse("campaign-new"), form_data(name=f"retention {choice}", pool_retention=choice))
+        assert Campaign.objects.get(name=f"retention {choice}").settings.pool_retention == expected
+    response = staff.post(reverse("campaign-new"), form_data(name="bad", pool_retention="keep-forever"))
+    assert "pool_retention" in response.context["form"].errors

@@ -91,6 +91,10 @@ class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
         return running[0] if running else None
 
 
+# What the coordinator does with rollouts past the pool's window (CampaignConfig.pool_retention).
+POOL_RETENTIONS = ("archive", "delete")
+
+
 class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tasks: list[dict[str, Any]] = msgspec.field(default_factory=lambda: PRESETS["cpu"].to_json())
     system_prompt: str = "default"
@@ -109,6 +113,10 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     controls: ControlsConfig = msgspec.field(default_factory=ControlsConfig)
     pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
     pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
+    # What becomes of rollouts no draw can reach any more (outside pool_window, older than the
+    # coordinator's grace): "archive" moves them into the campaign's compressed archive, which
+    # the organizer downloads; "delete" drops them (swarm_app/coordinator/archive.py).
+    pool_retention: str = "archive"
     # R independent swarms per tier (issue #26): a joining node completes a swarm of one, else
     # joins the tier's swarm with the fewest connected nodes (coordinator/assignment.py), and
     # draws only from its swarm's rollouts. One swarm's
@@ -251,6 +259,8 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         for name, minimum in positive.items():
             if getattr(self, name) < minimum:
                 raise ConfigError(name, f"must be at least {minimum}")
+        if self.pool_retention not in POOL_RETENTIONS:
+            raise ConfigError("pool_retention", f"choose one of {', '.join(POOL_RETENTIONS)}")
         if not 1 <= self.replicates <= MAX_REPLICATES:
             raise ConfigError("replicates", f"must be between 1 and {MAX_REPLICATES} swarms per tier")
         if self.max_new_tokens > MAX_NEW_TOKENS:
