@@ -1,6 +1,7 @@
 """Generation throughput: vLLM against transformers on the same prompts, in one process.
 
     python bench/generation.py --tier tiny-20m [--prompts 4 --n 8 --max-new-tokens 48 --repeats 7]
+                               [--device cuda]
 
 Both backends are the worker's own (worker/generation): the same rendered reasoning-gym prompts
 (the ``cpu`` task preset), the same n, max_new_tokens, temperature and seeds, called alternately
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="cpu", help="task preset the prompts come from")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the policy runs")
     args = parser.parse_args(argv)
 
     import torch
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = tier(args.tier)
     model_dir = resolve(spec, args.cache_dir, log=lambda _: None)
-    model, tokenizer = load_policy(spec, args.cache_dir, log=lambda _: None)
+    model, tokenizer = load_policy(spec, args.cache_dir, device=args.device, log=lambda _: None)
     questions = QuestionStream(preset(args.tasks), seed=args.seed).take(args.prompts)
     prompts = [render_prompt(tokenizer, q.question) for q in questions]
     print(
@@ -99,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer,
             spec=spec,
             seed=args.seed,
+            device=args.device,
+            # the engine's memory plan needs the card's size (the learner's share stays free)
+            vram_bytes=torch.cuda.get_device_properties(0).total_memory if args.device == "cuda" else 0,
             sampling_overrides=overrides,
             log=lambda line: print(f"# {line}"),
         ),
