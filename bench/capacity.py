@@ -56,6 +56,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import percentile, setup_django
 
@@ -76,9 +78,7 @@ class Tally:
 
 async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict) -> dict:
     """One request and its reply, ``busy`` waited out as the worker client does."""
-    from worker.shared.protocol import encode
-
-    frame = encode(kind, id="1", **fields)
+    frame = msgspec.json.encode({"type": kind, "id": "1", **fields}).decode()
     sizes = tally.frame_bytes.setdefault(kind, [0, 0])
     sizes[0] += len(frame.encode())
     sizes[1] += 1

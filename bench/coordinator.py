@@ -73,6 +73,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import percentile, setup_django
 
@@ -178,13 +180,11 @@ async def coordinator_client(
     """
     import websockets
 
-    from worker.shared.protocol import encode
-
     acked = 0
     async with websockets.connect(url + "/ws/worker/", max_size=16 * 1024 * 1024) as ws:
 
         async def request(kind: str, **fields) -> dict:
-            await ws.send(encode(kind, id="1", **fields))
+            await ws.send(msgspec.json.encode({"type": kind, "id": "1", **fields}).decode())
             return json.loads(await ws.recv())
 
         assert (await request("hello", **hello_fields(token, node_id)))["type"] == "welcome"
@@ -506,10 +506,9 @@ def floor() -> float:
             for q in [question(mix, ref)]
         ],
     }
-    raw = protocol.encode(
-        "submit", id="1", submission_id="s", lease_id="l", rollouts=rollouts_for(lease, "n", mix)
-    )
-    rollouts = protocol.parse(raw, "worker").fields["rollouts"]
+    submit = protocol.Submit(id="1", submission_id="s", lease_id="l", rollouts=rollouts_for(lease, "n", mix))
+    raw = protocol.encode(submit)
+    rollouts = protocol.parse(raw, "worker").rollouts
     reward_config = RewardConfig(config.format_weight)
     cpu_ms = {
         "parse and validate": median_ms(lambda: protocol.parse(raw, "worker")),

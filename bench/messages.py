@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import setup_django
 
@@ -74,13 +76,12 @@ async def measure(url: str, token: str, mix, rounds: int, meter: Meter) -> dict[
     import websockets
 
     from bench.coordinator import hello_fields, rollouts_for
-    from worker.shared.protocol import encode
 
     totals = {kind: {"daphne": 0.0, "postgres": 0.0, "n": 0, "bytes": 0} for kind in dict.fromkeys(ROUND)}
     async with websockets.connect(url + "/ws/worker/", max_size=16 * 1024 * 1024) as ws:
 
         async def request(kind: str, **fields) -> dict:
-            frame = encode(kind, id="1", **fields)
+            frame = msgspec.json.encode({"type": kind, "id": "1", **fields}).decode()
             started = meter.start()
             await ws.send(frame)
             reply = json.loads(await ws.recv())
@@ -94,7 +95,9 @@ async def measure(url: str, token: str, mix, rounds: int, meter: Meter) -> dict[
             total["bytes"] += len(frame.encode())
             return reply
 
-        await ws.send(encode("hello", id="1", **hello_fields(token, "messages-0")))
+        await ws.send(
+            msgspec.json.encode({"type": "hello", "id": "1", **hello_fields(token, "messages-0")}).decode()
+        )
         welcome = json.loads(await ws.recv())
         assert welcome["type"] == "welcome", welcome
         await asyncio.sleep(1.0)

@@ -55,7 +55,8 @@ def pydantic_submit():
         completion_tokens: list[Annotated[int, Field(ge=0)]]
         truncated: list[bool]
         rollout_id: Annotated[str, Field(min_length=1, max_length=200)]
-        schema_version: Literal[1]
+        schema_version: Literal[1, 2]
+        behaviour: dict[str, Any] | None = None  # the sampler's token ids and log-probs (version 2)
 
     class PSubmit(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -92,7 +93,7 @@ def make_frame() -> str:
                 truncated=[False] * 8,
             )
         )
-    return protocol.encode("submit", id="1", submission_id="s", lease_id="l", rollouts=rollouts)
+    return protocol.encode(protocol.Submit(id="1", submission_id="s", lease_id="l", rollouts=rollouts))
 
 
 def cpu_ms(function, repeats: int = 400) -> float:

@@ -7,9 +7,10 @@ import itertools
 import json
 from typing import Any
 
+import msgspec
 import websockets
 
-from worker.shared.protocol import PROTOCOL_VERSION, encode
+from worker.shared.protocol import PROTOCOL_VERSION
 
 _ids = itertools.count()
 
@@ -20,6 +21,12 @@ CPU_HARDWARE = {
     "ram_bytes": 16 * 1024**3,
     "cpu_count": 2,
 }
+
+
+def frame(kind: str, **fields: Any) -> str:
+    """A frame of type ``kind`` with exactly ``fields`` (valid or not: tests send both); Rollout
+    values are written as their records."""
+    return msgspec.json.encode({"type": kind, **fields}).decode()
 
 
 def hello_fields(token: str, node_id: str, **overrides: Any) -> dict[str, Any]:
@@ -53,7 +60,7 @@ class RawSession:
 
     async def request(self, kind: str, **fields: Any) -> dict[str, Any]:
         request_id = f"r{next(_ids)}"
-        reply = await self.send_raw(encode(kind, id=request_id, **fields))
+        reply = await self.send_raw(frame(kind, id=request_id, **fields))
         assert reply.get("reply_to") == request_id, reply
         return reply
 

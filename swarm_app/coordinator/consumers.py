@@ -15,6 +15,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from msgspec import UNSET
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
 from swarm_app.coordinator import groups, leases, pool, sessions, submissions, telemetry
@@ -33,7 +34,9 @@ CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, Err
 
 
 # Requests that queue for the database threads; heartbeats and releases are cheap and always answered.
-DATABASE_WORK = frozenset({"lease_request", "submit", "sample_request", "metrics"})
+DATABASE_WORK = frozenset(
+    {protocol.LeaseRequest, protocol.Submit, protocol.SampleRequest, protocol.MetricsReport}
+)
 
 
 class Admission:
@@ -130,14 +133,14 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             if text_data is None:
                 raise ProtocolError(ErrorCode.MALFORMED_JSON, "binary frames are not part of the protocol")
             message = protocol.parse(text_data, "worker")
-            request_id = message.id
-            reply_type, fields = await self.dispatch_message(message)
-            await self.send(protocol.encode(reply_type, reply_to=request_id, **fields))
-            if message.type in DATABASE_WORK:
-                telemetry.ACK_SECONDS.labels(*self.labels, message.type).observe(
+            request_id = None if message.id is UNSET else message.id
+            reply = await self.dispatch_message(message)
+            await self.send(protocol.encode(reply, reply_to=request_id))
+            if type(message) in DATABASE_WORK:
+                telemetry.ACK_SECONDS.labels(*self.labels, protocol.kind(message)).observe(
                     time.perf_counter() - started
                 )
-                if reply_type == "submit_ack":
+                if isinstance(reply, protocol.SubmitAck):
                     telemetry.ROUNDS_ACKED.labels(*self.labels).inc()
         except ProtocolError as error:
             telemetry.ERRORS.labels(*self.labels, error.code.value).inc()
@@ -155,40 +158,80 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
                 protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
             )
 
-    async def dispatch_message(self, message: protocol.Message) -> tuple[str, dict[str, Any]]:
-        if message.type == "hello":
-            return "welcome", await self.on_hello(message.fields)
+    async def dispatch_message(self, message: protocol.WorkerMessage) -> protocol.CoordinatorMessage:
+        if isinstance(message, protocol.Hello):
+            return await self.on_hello(message)
         if self.node is None:
-            raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {message.type}")
+            raise ProtocolError(ErrorCode.NOT_AUTHENTICATED, f"send hello before {protocol.kind(message)}")
         PRESENCE.touch(self.node.pk)  # any message proves liveness
-        handler = getattr(self, f"on_{message.type}")
-        if message.type not in DATABASE_WORK:
-            return await handler(message.fields)
+        if type(message) not in DATABASE_WORK:
+            return await self.answer(message)
         ADMISSION.admit()
         queued = telemetry.DB_IN_FLIGHT.labels(*self.labels)
         queued.inc()
         try:
-            return await handler(message.fields)
+            return await self.answer(message)
         finally:
             queued.dec()
 
-    async def on_hello(self, fields: dict[str, Any]) -> dict[str, Any]:
+    async def answer(self, message: protocol.WorkerMessage) -> protocol.CoordinatorMessage:
+        """The reply to a welcomed connection's request."""
+        node = self.node
+        assert node is not None
+        match message:
+            case protocol.LeaseRequest(round=round):
+                return await db(leases.issue_lease)(node, round)
+            case protocol.Submit(submission_id=submission_id, lease_id=lease_id, rollouts=rollouts):
+                ack = await db(submissions.submit)(node, submission_id, lease_id, rollouts)
+                return protocol.SubmitAck(**ack)
+            case protocol.SampleRequest(count=count):
+                return protocol.Samples(rollouts=await self._samples(node, count))
+            case protocol.MetricsReport(round=round, metrics=metrics):
+                from swarm_app.campaigns.metrics import point, record_node_metrics
+
+                row = await db(record_node_metrics)(node, round, metrics)
+                POINTS.add(node.campaign_id, point(row))
+                return protocol.MetricsAck(round=round)
+            case protocol.Heartbeat():
+                state = await PRESENCE.campaign_state(node.campaign_id)  # no database round trip
+                return protocol.HeartbeatAck(campaign_state=state)
+            case protocol.Release(lease_id=lease_id):
+                await db(leases.release)(node, lease_id)
+                return protocol.ReleaseAck(lease_id=lease_id)
+            case protocol.Hello():
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection"
+                )
+        raise AssertionError(f"no handler for {protocol.kind(message)}")  # every WorkerMessage is above
+
+    async def on_hello(self, hello: protocol.Hello) -> protocol.Welcome:
         if self.node is not None:
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection")
-        limits = {
-            "rate_per_second": settings.WORKER_RATE_PER_SECOND,
-            "rate_burst": settings.WORKER_RATE_BURST,
-        }
-        node, welcome = await db(sessions.hello)(fields, limits)
+        limits = protocol.Limits(
+            max_message_bytes=protocol.MAX_MESSAGE_BYTES,
+            rate_per_second=settings.WORKER_RATE_PER_SECOND,
+            rate_burst=settings.WORKER_RATE_BURST,
+        )
+        node, welcome = await db(sessions.hello)(hello, limits)
         self.node = node
         self.labels = telemetry.labels(node.campaign_id, node.tier)
         telemetry.CONNECTED.labels(*self.labels).inc()
         if self.hello_timer is not None:
             self.hello_timer.cancel()
-        PRESENCE.pushed_state(node.campaign_id, welcome["campaign"]["state"])
+        PRESENCE.pushed_state(node.campaign_id, welcome.campaign.state)
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         return welcome
+
+    async def _samples(self, node: WorkerNode, count: int) -> list[Any]:
+        """Up to ``count`` verified records of other nodes' rollouts (the pool's draw)."""
+        args = (node.campaign_id, node.pk, count)
+        if settings.POOL_SAMPLING == "celery":
+            from swarm_app.coordinator.tasks import sample_pool
+
+            result = sample_pool.delay(*args)
+            return await db(result.get)(timeout=30)
+        return await db(pool.sample_external)(*args)
 
     def _groups(self) -> list[str]:
         """The groups a welcomed connection joins: state pushes, and the ends of its token's and
@@ -200,41 +243,6 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             groups.node_group(self.node.pk),
         ]
 
-    async def on_lease_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return "lease", await db(leases.issue_lease)(self.node, fields["round"])
-
-    async def on_submit(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        ack = await db(submissions.submit)(
-            self.node, fields["submission_id"], fields["lease_id"], fields["rollouts"]
-        )
-        return "submit_ack", ack
-
-    async def on_sample_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        args = (self.node.campaign_id, self.node.pk, fields["count"])
-        if settings.POOL_SAMPLING == "celery":
-            from swarm_app.coordinator.tasks import sample_pool
-
-            result = sample_pool.delay(*args)
-            records = await db(result.get)(timeout=30)
-        else:
-            records = await db(pool.sample_external)(*args)
-        return "samples", {"rollouts": records}
-
-    async def on_metrics(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        from swarm_app.campaigns.metrics import point, record_node_metrics
-
-        row = await db(record_node_metrics)(self.node, fields["round"], fields["metrics"])
-        POINTS.add(self.node.campaign_id, point(row))
-        return "metrics_ack", {"round": fields["round"]}
-
-    async def on_heartbeat(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        state = await PRESENCE.campaign_state(self.node.campaign_id)  # no database round trip
-        return "heartbeat_ack", {"campaign_state": state}
-
-    async def on_release(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        await db(leases.release)(self.node, fields["lease_id"])
-        return "release_ack", {"lease_id": fields["lease_id"]}
-
     async def session_end(self, event: dict[str, Any]) -> None:
         """Group event: this connection's token was revoked or its node banned (sessions.end_sessions)."""
         code = ErrorCode(event["code"])
@@ -245,4 +253,4 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         """Group event from the web UI: the organizer paused, resumed or stopped the campaign."""
         if self.node is not None:
             PRESENCE.pushed_state(self.node.campaign_id, event["state"])
-        await self.send(protocol.encode("campaign_state", state=event["state"]))
+        await self.send(protocol.encode(protocol.CampaignState(state=event["state"])))

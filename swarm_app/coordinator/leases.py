@@ -38,6 +38,7 @@ from swarm_app.campaigns.models import Campaign, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import Lease, WorkerNode, WorkerToken
 from swarm_app.coordinator.sql import bump
+from worker.shared import protocol
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
 from worker.shared.questions import QuestionRef, TaskMix, question, ref_at
@@ -51,24 +52,23 @@ def expire_overdue(campaign_id: int | None = None) -> int:
     return leases.update(state=Lease.State.EXPIRED)
 
 
-def questions_payload(mix: TaskMix, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    payload = []
+def lease_questions(mix: TaskMix, refs: list[dict[str, Any]]) -> list[protocol.LeaseQuestion]:
+    """The leased questions with their ground truth, from their stored references."""
+    out = []
     for ref_json in refs:
-        q = question(mix, QuestionRef.from_json(ref_json))
-        payload.append({"ref": ref_json, "question": q.question, "answer": q.answer, "metadata": q.metadata})
-    return payload
+        ref = QuestionRef.from_json(ref_json)
+        q = question(mix, ref)
+        out.append(protocol.LeaseQuestion(ref=ref, question=q.question, answer=q.answer, metadata=q.metadata))
+    return out
 
 
-def lease_payload(
+def lease_message(
     mix: TaskMix, lease_id: str, round: int, deadline: datetime, refs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The ``lease`` message's fields."""
-    return {
-        "lease_id": lease_id,
-        "round": round,
-        "deadline": deadline.timestamp(),
-        "questions": questions_payload(mix, refs),
-    }
+) -> protocol.Lease:
+    """The ``lease`` message of a lease."""
+    return protocol.Lease(
+        lease_id=lease_id, round=round, deadline=deadline.timestamp(), questions=lease_questions(mix, refs)
+    )
 
 
 @dataclass
@@ -123,9 +123,8 @@ def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
 _WAITING = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
 
 
-def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
-    """This node's lease for ``round`` (the ``lease`` message's fields): the one it already
-    holds, a reissued one, or a new one."""
+def issue_lease(node: WorkerNode, round: int) -> protocol.Lease:
+    """This node's lease for ``round``: the one it already holds, a reissued one, or a new one."""
     now = timezone.now()
     view = _view(node, round, now)
     if view.node_state == WorkerNode.State.BANNED:
@@ -152,13 +151,13 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
         )
     mix = config.mix
     if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
-        return lease_payload(mix, view.held[0], round, view.held[1], view.held[2])
+        return lease_message(mix, view.held[0], round, view.held[1], view.held[2])
     deadline = now + timedelta(seconds=config.lease_seconds)
     lease_id = uuid.uuid4().hex
     if view.any_waiting:
         refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
-            return lease_payload(mix, lease_id, round, deadline, refs)
+            return lease_message(mix, lease_id, round, deadline, refs)
     # Fresh positions of the campaign's stream, allocated in a statement of their own: the
     # campaign row's lock lasts one statement. Positions of a lease whose insert then fails
     # are skipped, never issued twice.
@@ -187,7 +186,7 @@ def issue_lease(node: WorkerNode, round: int) -> dict[str, Any]:
             questions=refs,
             deadline=deadline,
         )
-    return lease_payload(mix, lease_id, round, deadline, refs)
+    return lease_message(mix, lease_id, round, deadline, refs)
 
 
 def _reissue(node: WorkerNode, round: int, lease_id: str, deadline: datetime) -> list[dict[str, Any]] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -12,7 +10,15 @@ from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.assignment import assign_replicate, assign_tier
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import authenticate
-from worker.shared.protocol import MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, ErrorCode, ProtocolError
+from worker.shared.protocol import (
+    SUPPORTED_VERSIONS,
+    CampaignInfo,
+    ErrorCode,
+    Hello,
+    Limits,
+    ProtocolError,
+    Welcome,
+)
 from worker.shared.tiers import TIERS
 
 HEARTBEAT_SECONDS = 10.0
@@ -29,8 +35,8 @@ def negotiate(versions: list[int]) -> int:
     return max(common)
 
 
-def campaign_payload(campaign: Campaign) -> dict[str, Any]:
-    return {"id": campaign.pk, "name": campaign.name, "state": campaign.state, "config": campaign.config}
+def campaign_info(campaign: Campaign) -> CampaignInfo:
+    return CampaignInfo(id=campaign.pk, name=campaign.name, state=campaign.state, config=campaign.settings)
 
 
 def new_node_replicate(campaign: Campaign, tier: str, replicates: int) -> int:
@@ -48,23 +54,23 @@ def new_node_replicate(campaign: Campaign, tier: str, replicates: int) -> int:
     return assign_replicate(replicates, connected, joined)
 
 
-def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, dict[str, Any]]:
-    """Register or resume the node; returns it with the welcome message's fields."""
-    version = negotiate(fields["protocol_versions"])
-    token = authenticate(fields["token"])
+def hello(message: Hello, limits: Limits) -> tuple[WorkerNode, Welcome]:
+    """Register or resume the node; returns it with its welcome."""
+    version = negotiate(message.protocol_versions)
+    token = authenticate(message.token)
     campaign = token.campaign
     if campaign.is_finished:
         raise ProtocolError(ErrorCode.CAMPAIGN_NOT_RUNNING, f"campaign {campaign.name!r} is {campaign.state}")
-    node_id = fields["node_id"]
+    node_id = message.node_id
     if not node_id or not all(c.isalnum() or c in "-_" for c in node_id):
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'node_id': letters, digits, '-' and '_' only")
-    hardware = fields["hardware"]
+    hardware = message.hardware
     with transaction.atomic():
         node = WorkerNode.objects.select_for_update().filter(campaign=campaign, node_id=node_id).first()
         created = False
         if node is None:
             settings = campaign.settings
-            tier, reason = assign_tier(settings.tiers, hardware, fields.get("preferred_tier"))
+            tier, reason = assign_tier(settings.tiers, hardware, message.preferred_tier or None)
             replicate = new_node_replicate(campaign, tier, settings.replicates)
             # Insert-or-get: concurrent first hellos of one node id all land here; the unique
             # (campaign, node_id) index lets one insert win and the others read its row
@@ -83,24 +89,24 @@ def hello(fields: dict[str, Any], limits: dict[str, Any]) -> tuple[WorkerNode, d
                 raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
             tier, reason = node.tier, "resumed with the tier it was assigned"
         node.hardware = hardware
-        node.backend = ",".join(fields["backends"])
-        node.client_version = fields["client_version"]
-        node.generation_tokens_per_second = fields["generation_tokens_per_second"]
+        node.backend = ",".join(message.backends)
+        node.client_version = message.client_version
+        node.generation_tokens_per_second = message.generation_tokens_per_second
         node.connected = True
         node.state = WorkerNode.State.HEALTHY
         node.last_seen = timezone.now()
         node.save()
-    welcome = {
-        "protocol_version": version,
-        "node_id": node.node_id,
-        "campaign": campaign_payload(campaign),
-        "tier": tier,
-        "model": TIERS[tier].to_json(),
-        "resume_round": node.round,
-        "heartbeat_seconds": HEARTBEAT_SECONDS,
-        "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, **limits},
-        "reason": reason,
-    }
+    welcome = Welcome(
+        protocol_version=version,
+        node_id=node.node_id,
+        campaign=campaign_info(campaign),
+        tier=tier,
+        model=TIERS[tier],
+        resume_round=node.round,
+        heartbeat_seconds=HEARTBEAT_SECONDS,
+        limits=limits,
+        reason=reason,
+    )
     return node, welcome
 
 

@@ -19,9 +19,9 @@ from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerT
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token, revoke
 from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, run, stored_state
-from tests.wsclient import RawSession
+from tests.wsclient import RawSession, frame
 from worker.shared.advantages import group_advantages
-from worker.shared.protocol import MAX_MESSAGE_BYTES, encode
+from worker.shared.protocol import MAX_MESSAGE_BYTES
 from worker.shared.questions import TaskMix
 from worker.shared.rewards import rewards
 from worker.shared.rollout import Rollout
@@ -139,7 +139,7 @@ def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):
             "U+0000",
         )
         await nul_hello.close()
-        huge = encode("heartbeat")[:-1] + ', "pad": "' + "x" * (MAX_MESSAGE_BYTES + 10) + '"}'
+        huge = frame("heartbeat")[:-1] + ', "pad": "' + "x" * (MAX_MESSAGE_BYTES + 10) + '"}'
         expect_error(await s.send_raw(huge), "message_too_large", "exceeds")
         # the connection survives every one of them
         assert (await s.request("heartbeat"))["type"] == "heartbeat_ack"

@@ -17,7 +17,8 @@ Why it is built this way:
   coordinator restart is not met by every volunteer at the same instant. Each new connection
   starts with the same hello (same ``node_id``), so the coordinator resumes the node.
 * **Nothing the coordinator sends can crash the worker**: every frame is validated with
-  ``protocol.parse(raw, "coordinator")``; a malformed one is logged and ignored. Which errors
+  ``protocol.parse(raw, "coordinator")``; a malformed one is logged and ignored (a welcome whose
+  campaign settings this worker cannot read stops it: it must be upgraded). Which errors
   stop the worker and which are retried is worker/client/errors.py's policy.
 * **The campaign's state is followed**: ``campaign_state`` pushes and every ``heartbeat_ack``
   update it. While paused (or pending) a lease request waits, polling by heartbeat, until the
@@ -38,6 +39,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, Self, TypeVar
 
+import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 from websockets.protocol import State
@@ -56,7 +58,7 @@ from worker.client.errors import (
     error_parts,
 )
 from worker.shared import protocol
-from worker.shared.protocol import ErrorCode, Message, ProtocolError
+from worker.shared.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,8 +81,8 @@ class Connection:
 
     Synchronous methods for the main thread; the connection, its reconnection and heartbeats run
     in a background thread's asyncio loop. Use :meth:`start` (blocks until the first welcome,
-    returning its fields) and :meth:`close`, or ``with`` (which only closes). Subclasses send
-    their requests with ``self._call(self._request(kind, fields))``.
+    returning it) and :meth:`close`, or ``with`` (which only closes). Subclasses send their
+    requests with ``self._call(self._request(protocol.LeaseRequest(round=...)))``.
     """
 
     def __init__(
@@ -102,7 +104,7 @@ class Connection:
         self.max_transient_retries = max_transient_retries
         self.ping_interval = ping_interval
         # Read by the main thread (status line, run_worker); written by the loop thread.
-        self.welcome: dict[str, Any] | None = None
+        self.welcome: protocol.Welcome | None = None
         self.campaign_state = "unknown"
         self.connection_state = "idle"
         self.heartbeat_seconds = 10.0
@@ -111,7 +113,7 @@ class Connection:
         self._thread: threading.Thread | None = None
         # Loop-thread state, created on the loop by _setup.
         self._conn: ClientConnection | None = None
-        self._pending: dict[str, tuple[ClientConnection, asyncio.Future[Message]]] = {}
+        self._pending: dict[str, tuple[ClientConnection, asyncio.Future[Any]]] = {}
         self._change: asyncio.Event | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._fatal: FatalError | None = None
@@ -241,7 +243,7 @@ class Connection:
         if self._closing:
             raise TransportClosed("the websocket transport was closed")
 
-    async def _first_welcome(self) -> dict[str, Any]:
+    async def _first_welcome(self) -> protocol.Welcome:
         while self.welcome is None:
             self._raise_if_done()
             await self._wait_change(1.0)
@@ -359,31 +361,38 @@ class Connection:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 1)
 
-    async def _handshake(self, conn: ClientConnection) -> dict[str, Any]:
+    async def _handshake(self, conn: ClientConnection) -> protocol.Welcome:
         """Send the hello and wait for its answer on a fresh connection."""
         hello_id = uuid.uuid4().hex
-        await conn.send(protocol.encode("hello", id=hello_id, **self._hello))
+        await conn.send(protocol.encode(protocol.Hello(id=hello_id, **self._hello)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(self.request_timeout, self.open_timeout)
         while True:
             raw = await asyncio.wait_for(conn.recv(), max(0.0, deadline - loop.time()))
-            message = self._parse(raw)
-            if message is None:
+            try:
+                message = protocol.parse(raw, "coordinator")
+            except ProtocolError as error:
+                if error.path.startswith("campaign.config"):  # a newer coordinator's settings
+                    raise FatalError(
+                        "unsupported_campaign",
+                        f"this worker cannot read the campaign's settings ({error.message}); upgrade it",
+                    ) from None
+                log.warning("ignoring a malformed message from the coordinator: %s", error)
                 continue
-            if message.type == "campaign_state":
-                self._set_campaign_state(message.fields["state"])
+            if isinstance(message, protocol.CampaignState):
+                self._set_campaign_state(message.state)
                 continue
             if message.reply_to != hello_id:
-                if message.type == "error":
+                if isinstance(message, protocol.Error):
                     code, text, _ = error_parts(message)
                     if code in FATAL_CODES:
                         raise FatalError(code, text)
-                log.info("ignoring %s before the welcome", message.type)
+                log.info("ignoring %s before the welcome", protocol.kind(message))
                 continue
-            if message.type == "welcome":
-                return message.fields
-            if message.type != "error":
-                raise _Retry(f"the hello was answered by {message.type!r}")
+            if isinstance(message, protocol.Welcome):
+                return message
+            if not isinstance(message, protocol.Error):
+                raise _Retry(f"the hello was answered by {protocol.kind(message)!r}")
             code, text, _ = error_parts(message)
             if code == ErrorCode.CAMPAIGN_NOT_RUNNING:
                 raise CampaignFinished(text)
@@ -391,29 +400,27 @@ class Connection:
                 raise _Retry(f"{text} ({code})")
             raise FatalError(code, text)  # bad token, version, no tier fits, a hello it cannot read
 
-    def _accept(self, welcome: dict[str, Any]) -> bool:
+    def _accept(self, welcome: protocol.Welcome) -> bool:
         """Take in a welcome; False when this process cannot continue with it."""
         first = self.welcome
-        if first is not None and welcome["tier"] != first["tier"]:
+        if first is not None and welcome.tier != first.tier:
             self._set_fatal(
                 FatalError(
                     "tier_changed",
-                    f"the coordinator now assigns tier {welcome['tier']!r}, this worker runs "
-                    f"{first['tier']!r}; restart the worker",
+                    f"the coordinator now assigns tier {welcome.tier!r}, this worker runs "
+                    f"{first.tier!r}; restart the worker",
                 )
             )
             return False
         self.welcome = welcome
         self.connections += 1
-        self.heartbeat_seconds = max(1.0, float(welcome["heartbeat_seconds"]))
-        campaign = welcome["campaign"]
-        if isinstance(campaign.get("state"), str):
-            self._set_campaign_state(campaign["state"])
+        self.heartbeat_seconds = max(1.0, float(welcome.heartbeat_seconds))
+        self._set_campaign_state(welcome.campaign.state)
         if self.connections > 1:
             log.info("reconnected to the coordinator")
         return True
 
-    def _parse(self, raw: str | bytes) -> Message | None:
+    def _parse(self, raw: str | bytes) -> protocol.CoordinatorMessage | None:
         try:
             return protocol.parse(raw, "coordinator")
         except ProtocolError as error:
@@ -427,22 +434,22 @@ class Connection:
                 if message is not None:
                     self._dispatch(message)
 
-    def _dispatch(self, message: Message) -> None:
-        if message.type == "error":
+    def _dispatch(self, message: protocol.CoordinatorMessage) -> None:
+        if isinstance(message, protocol.Error):
             code, text, _ = error_parts(message)
             if code in FATAL_CODES:
                 self._set_fatal(FatalError(code, text))
-        if message.reply_to is not None and message.reply_to in self._pending:
+        if message.reply_to and message.reply_to in self._pending:
             self._answered_at = asyncio.get_running_loop().time()
             _, future = self._pending[message.reply_to]
             if not future.done():
                 future.set_result(message)
-        elif message.type == "campaign_state":
-            self._set_campaign_state(message.fields["state"])
-        elif message.type == "error":
-            log.warning("the coordinator reports: %s (%s)", message.fields["message"], message.fields["code"])
+        elif isinstance(message, protocol.CampaignState):
+            self._set_campaign_state(message.state)
+        elif isinstance(message, protocol.Error):
+            log.warning("the coordinator reports: %s (%s)", message.message, message.code)
         else:
-            log.debug("ignoring an unexpected %s message", message.type)
+            log.debug("ignoring an unexpected %s message", protocol.kind(message))
 
     def _set_campaign_state(self, state: str) -> None:
         if state != self.campaign_state:
@@ -467,30 +474,31 @@ class Connection:
                 await asyncio.sleep(self.heartbeat_seconds - quiet)
                 continue
             try:
-                message = await self._exchange(conn, "heartbeat", {}, timeout)
+                message = await self._exchange(conn, protocol.Heartbeat(), timeout)
             except TimeoutError:
                 log.warning("no heartbeat reply within %.0f s; reconnecting", timeout)
                 await self._abort(conn)
                 return
             except _ConnectionLost:
                 return
-            if message.type == "heartbeat_ack":
-                self._set_campaign_state(message.fields["campaign_state"])
+            if isinstance(message, protocol.HeartbeatAck):
+                self._set_campaign_state(message.campaign_state)
 
     # --- loop thread: requests -----------------------------------------------------------------
 
     async def _exchange(
-        self, conn: ClientConnection, kind: str, fields: dict[str, Any], reply_seconds: float
-    ) -> Message:
+        self, conn: ClientConnection, request: protocol.WorkerMessage, reply_seconds: float
+    ) -> protocol.CoordinatorMessage:
         """One request on one connection: its reply (possibly an error), or an exception."""
         request_id = uuid.uuid4().hex
-        text = protocol.encode(kind, id=request_id, **fields)
+        text = protocol.encode(msgspec.structs.replace(request, id=request_id))
         if len(text.encode()) > protocol.MAX_MESSAGE_BYTES:
             raise RequestError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"{kind} of {len(text.encode())} bytes exceeds the protocol's {protocol.MAX_MESSAGE_BYTES}",
+                f"{protocol.kind(request)} of {len(text.encode())} bytes exceeds the protocol's "
+                f"{protocol.MAX_MESSAGE_BYTES}",
             )
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (conn, future)
         try:
             try:
@@ -501,16 +509,18 @@ class Connection:
         finally:
             self._pending.pop(request_id, None)
 
-    async def _request(self, kind: str, fields: dict[str, Any]) -> Message:
-        """Send ``kind`` until it is answered by its reply type; see the module docstring."""
+    async def _request(self, request: protocol.WorkerMessage) -> Any:
+        """Send ``request`` until it is answered by its reply type (returned); see the module
+        docstring."""
         timeout = self.request_timeout
-        expected = protocol.REPLIES[kind]
+        kind = protocol.kind(request)
+        expected = protocol.REPLIES[type(request)]
         retry = Backoff(base=1.0, cap=15.0)
         failures = 0
         while True:
             conn = await self._connection()
             try:
-                message = await self._exchange(conn, kind, fields, timeout)
+                message = await self._exchange(conn, request, timeout)
             except _ConnectionLost:
                 log.info("%s: connection lost before the reply; sending it again after reconnecting", kind)
                 await self._sleep(0.05)  # yield, so the supervisor can notice the dropped connection
@@ -520,9 +530,9 @@ class Connection:
                 await self._abort(conn)
                 await self._sleep(0.05)  # let the reader notice the dropped connection
                 continue
-            if message.type == expected:
+            if isinstance(message, expected):
                 return message
-            if message.type == "error":
+            if isinstance(message, protocol.Error):
                 code, text, data = error_parts(message)
                 if code in FATAL_CODES:
                     raise self._fatal or FatalError(code, text)
@@ -533,19 +543,19 @@ class Connection:
                     raise RequestError(code, text, data)
                 problem = f"{text} ({code})"
             else:
-                problem = f"answered by {message.type!r}, expected {expected!r}"
+                problem = f"answered by {protocol.kind(message)!r}, expected {protocol.kind(expected)!r}"
             failures += 1
             if failures > self.max_transient_retries:
                 raise RequestError(ErrorCode.INTERNAL, f"{kind}: {problem}, {failures} times")
-            if message.type == "error" and message.fields["code"] == ErrorCode.NOT_AUTHENTICATED:
+            if isinstance(message, protocol.Error) and message.code == ErrorCode.NOT_AUTHENTICATED:
                 await self._abort(conn)  # a fresh connection says hello again
             delay = retry.next_delay()
             log.warning("%s: %s; trying again in %.1f s", kind, problem, delay)
             await self._sleep(delay)
 
     async def _refresh_state(self) -> str:
-        message = await self._request("heartbeat", {})
-        self._set_campaign_state(message.fields["campaign_state"])
+        message = await self._request(protocol.Heartbeat())
+        self._set_campaign_state(message.campaign_state)
         return self.campaign_state
 
     async def _wait_running(self) -> None:
@@ -562,13 +572,13 @@ class Connection:
                 announced = True
             await self._wait_change(self.heartbeat_seconds)
 
-    async def _try_once(self, kind: str, fields: dict[str, Any], reply_seconds: float) -> Message:
+    async def _try_once(self, request: protocol.WorkerMessage, reply_seconds: float) -> Any:
         """One try of ``kind`` on the current connection, never sent again: its reply, or
         :class:`RequestError` for an error reply (or _ConnectionLost, TimeoutError)."""
         conn = self._conn
         if conn is None:
             raise _ConnectionLost("not connected")
-        message = await self._exchange(conn, kind, fields, reply_seconds)
-        if message.type == "error":
+        message = await self._exchange(conn, request, reply_seconds)
+        if isinstance(message, protocol.Error):
             raise RequestError(*error_parts(message))
         return message

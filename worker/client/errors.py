@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.shared.protocol import ErrorCode, Message
+import msgspec
+
+from worker.shared import protocol
+from worker.shared.protocol import ErrorCode
 
 FATAL_CODES = frozenset(
     {ErrorCode.INVALID_TOKEN, ErrorCode.TOKEN_REVOKED, ErrorCode.BANNED, ErrorCode.UNSUPPORTED_VERSION}
@@ -91,7 +94,6 @@ class TransportClosed(ClientError):
     """The transport was closed (or never started)."""
 
 
-def error_parts(message: Message) -> tuple[str, str, dict[str, Any] | None]:
+def error_parts(message: protocol.Error) -> tuple[str, str, dict[str, Any] | None]:
     """(code, message, data) of an ``error`` message."""
-    fields = message.fields
-    return str(fields["code"]), str(fields["message"]), fields.get("data")
+    return message.code, message.message, None if message.data is msgspec.UNSET else message.data

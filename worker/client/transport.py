@@ -16,7 +16,6 @@ round goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
@@ -36,7 +35,7 @@ from worker.client.errors import (
 )
 from worker.engine.transport import Lease
 from worker.shared import protocol
-from worker.shared.protocol import ErrorCode, Message, ProtocolError
+from worker.shared.protocol import ErrorCode
 from worker.shared.questions import Question
 from worker.shared.rollout import Rollout
 
@@ -75,20 +74,16 @@ class WebsocketTransport(Connection):
             if error.code == ErrorCode.ROUND_SUBMITTED:
                 raise RoundSubmitted(round, error.data) from None
             raise
-        fields = message.fields
-        if fields["round"] != round:
+        if message.round != round:
             raise RequestError(
-                ErrorCode.INVALID_MESSAGE, f"asked for round {round}, got a lease for {fields['round']}"
+                ErrorCode.INVALID_MESSAGE, f"asked for round {round}, got a lease for {message.round}"
             )
-        try:
-            questions = [_question(item) for item in fields["questions"]]
-        except (KeyError, TypeError, ValueError) as error:
-            raise RequestError(ErrorCode.INVALID_MESSAGE, f"lease {fields['lease_id']}: {error}") from None
+        questions = [_question(item) for item in message.questions]
         if len(questions) != count:
             log.info(
                 "round %d: the coordinator leased %d questions (asked for %d)", round, len(questions), count
             )
-        lease = Lease(fields["lease_id"], round, questions)
+        lease = Lease(message.lease_id, round, questions)
         self.active_lease = lease
         return lease
 
@@ -99,9 +94,9 @@ class WebsocketTransport(Connection):
         :class:`SubmissionRejected` (the coordinator judged them false: stop).
         """
         submission_id = self._submission_ids.setdefault(lease.lease_id, uuid.uuid4().hex)
-        fields = {"submission_id": submission_id, "lease_id": lease.lease_id, "rollouts": rollouts}
+        submit = protocol.Submit(submission_id=submission_id, lease_id=lease.lease_id, rollouts=rollouts)
         try:
-            ack = self._call(self._request("submit", fields)).fields
+            ack = self._call(self._request(submit))
         except RequestError as error:
             ack = self._submit_error(lease, error)
         verified = self._apply_ack(lease, rollouts, ack)
@@ -115,11 +110,11 @@ class WebsocketTransport(Connection):
         if count == 0:
             return []
         try:
-            message = self._call(self._request("sample_request", {"round": round, "count": count}))
+            message = self._call(self._request(protocol.SampleRequest(round=round, count=count)))
         except (RequestError, CampaignFinished) as error:
             log.warning("round %d: no external rollouts (%s)", round, error)
             return []
-        return [r for r in message.fields["rollouts"] if r.agent_id != agent_id]
+        return [r for r in message.rollouts if r.agent_id != agent_id]
 
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
         """Send the round's metrics (they also advance the coordinator's resume round)."""
@@ -127,7 +122,8 @@ class WebsocketTransport(Connection):
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
             self.update_hello(generation_tokens_per_second=float(speed))
         try:
-            self._call(self._request("metrics", {"round": round, "metrics": protocol.clean_metrics(metrics)}))
+            report = protocol.MetricsReport(round=round, metrics=protocol.clean_metrics(metrics))
+            self._call(self._request(report))
         except (RequestError, CampaignFinished) as error:
             log.warning("round %d: metrics not recorded (%s)", round, error)
 
@@ -137,7 +133,8 @@ class WebsocketTransport(Connection):
         if lease is None or self._loop is None:
             return False
         try:
-            self._call(self._try_once("release", {"lease_id": lease.lease_id}, timeout), timeout=timeout + 1)
+            release = protocol.Release(lease_id=lease.lease_id)
+            self._call(self._try_once(release, timeout), timeout=timeout + 1)
         except Exception as error:  # the coordinator reissues it at its deadline anyway
             log.info("could not release lease %s (%s); it expires at its deadline", lease.lease_id, error)
             return False
@@ -145,15 +142,13 @@ class WebsocketTransport(Connection):
         return True
 
     def _campaign_rounds(self) -> int | None:
-        config = (self.welcome or {}).get("campaign", {}).get("config", {})
-        rounds = config.get("rounds") if isinstance(config, dict) else None
-        return rounds if isinstance(rounds, int) else None
+        return None if self.welcome is None else self.welcome.campaign.config.rounds
 
-    async def _lease(self, round: int) -> Message:
+    async def _lease(self, round: int) -> protocol.Lease:
         while True:
             await self._wait_running()
             try:
-                return await self._request("lease_request", {"round": round})
+                return await self._request(protocol.LeaseRequest(round=round))
             except RequestError as error:
                 if error.code != ErrorCode.CAMPAIGN_NOT_RUNNING:
                     raise
@@ -166,16 +161,16 @@ class WebsocketTransport(Connection):
 
     # --- submit helpers ------------------------------------------------------------------------
 
-    def _submit_error(self, lease: Lease, error: RequestError) -> dict[str, Any]:
+    def _submit_error(self, lease: Lease, error: RequestError) -> protocol.SubmitAck:
         """The ack a failed submit still yields (a replay), or the exception it means."""
         if error.code == ErrorCode.DUPLICATE_SUBMISSION and error.data:
             try:
-                ack = protocol.parse(json.dumps({"type": "submit_ack", **error.data}), "coordinator")
-            except ProtocolError as bad:
+                ack = msgspec.convert(error.data, protocol.SubmitAck)
+            except msgspec.ValidationError as bad:
                 log.warning("duplicate_submission with an unreadable ack: %s", bad)
             else:
                 log.info("lease %s: submission was already stored (a retried submit)", lease.lease_id)
-                return ack.fields
+                return ack
         if error.code in LEASE_LOST_CODES or error.code == ErrorCode.DUPLICATE_SUBMISSION:
             self._forget(lease)
             raise LeaseLost(error.code, f"lease {lease.lease_id}: {error.message}") from None
@@ -187,10 +182,10 @@ class WebsocketTransport(Connection):
             ) from None
         raise error
 
-    def _apply_ack(self, lease: Lease, rollouts: list[Rollout], ack: dict[str, Any]) -> list[Rollout]:
+    def _apply_ack(self, lease: Lease, rollouts: list[Rollout], ack: protocol.SubmitAck) -> list[Rollout]:
         ours = [r.rollout_id for r in rollouts]
-        verified = ack["verified_rewards"]
-        if ack["lease_id"] != lease.lease_id or ack["rollout_ids"] != ours or len(verified) != len(rollouts):
+        verified = ack.verified_rewards
+        if ack.lease_id != lease.lease_id or ack.rollout_ids != ours or len(verified) != len(rollouts):
             # An ack for other rollouts (e.g. an earlier process's): its rewards are not for these.
             self._forget(lease)
             raise LeaseLost(

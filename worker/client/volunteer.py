@@ -391,39 +391,28 @@ class _NodeRun:
     def _load(
         self,
         transport: WebsocketTransport,
-        welcome: dict[str, Any],
+        welcome: protocol.Welcome,
         hardware: Hardware,
         backend_name: str,
         line: StatusLine,
     ) -> None:
         from worker.engine.agent import Agent
         from worker.engine.policy import load_policy, resolve
-        from worker.shared.campaign import CampaignConfig, ConfigError
         from worker.shared.config import stable_seed
-        from worker.shared.tiers import ModelSpec, tier
 
-        campaign = welcome["campaign"]
-        try:
-            config = CampaignConfig.from_json(campaign.get("config") or {})
-        except ConfigError as error:
-            raise FatalError(
-                "unsupported_campaign",
-                f"this worker cannot read the campaign's settings ({error}); upgrade it",
-            ) from None
-        tier_name = welcome["tier"]
-        try:
-            spec = ModelSpec(**welcome["model"])
-        except TypeError:
-            spec = tier(tier_name)
-        self.result.campaign_id = campaign.get("id")
+        # The welcome was decoded against the declarations (worker/shared/protocol.py): a campaign
+        # whose settings this worker cannot read stopped it at the handshake, asking to upgrade.
+        campaign, config, spec = welcome.campaign, welcome.campaign.config, welcome.model
+        tier_name = welcome.tier
+        self.result.campaign_id = campaign.id
         self.result.tier = tier_name
         log.info(
             "node %s joined campaign %r (%s) as tier %s: %s",
             self.node_id,
-            campaign.get("name"),
-            campaign.get("state"),
+            campaign.name,
+            campaign.state,
             tier_name,
-            welcome.get("reason", ""),
+            welcome.reason,
         )
         line.tier, line.rounds, line.phase = tier_name, config.rounds, "loading model"
         device = "cuda" if hardware.device == "cuda" else "cpu"
@@ -447,8 +436,8 @@ class _NodeRun:
             config.agent_config(tier_name, seed),
         )
         self.every = checkpoint_interval(spec.params)
-        self.result.checkpoint = checkpoint_path(self.data_dir, campaign.get("id"), self.node_id)
-        self._resume(agent, self.result.checkpoint, welcome["resume_round"])
+        self.result.checkpoint = checkpoint_path(self.data_dir, campaign.id, self.node_id)
+        self._resume(agent, self.result.checkpoint, welcome.resume_round)
         self.agent = agent
         self.saved_round = agent.round if self.result.checkpoint.exists() else -1
         self.result.start_round = agent.round

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Union
 
@@ -28,8 +27,10 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from worker.shared import validation
+from worker.shared.campaign import CampaignConfig
 from worker.shared.questions import QuestionRef
 from worker.shared.rollout import Rollout
+from worker.shared.tiers import ModelSpec
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -106,6 +107,7 @@ class ProtocolError(ValueError):
         self.message = message
         self.data = data  # details for the error reply, e.g. the original ack of a duplicate
         self.request_id: str | None = None  # the offending message's id, when it had a valid one
+        self.path = ""  # the invalid field of an invalid message ("campaign.config.rounds")
 
 
 def clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -222,19 +224,36 @@ class Release(_Message, tag="release"):
 # Coordinator -> worker.
 
 
+class CampaignInfo(Struct, forbid_unknown_fields=True, kw_only=True):
+    """The campaign a welcome admits the worker to."""
+
+    id: int
+    name: Annotated[str, Meta(max_length=200)]
+    state: Annotated[str, Meta(max_length=32)]
+    config: Annotated[CampaignConfig, Meta(description="every campaign setting (worker/shared/campaign.py)")]
+
+
+class Limits(Struct, forbid_unknown_fields=True, kw_only=True):
+    """What the coordinator enforces on this connection."""
+
+    max_message_bytes: Annotated[int, Meta(ge=1)]
+    rate_per_second: Annotated[float, Meta(gt=0, description="messages a second, on average")]
+    rate_burst: Annotated[float, Meta(gt=0, description="messages at once above the average")]
+
+
 class Welcome(_Message, tag="welcome"):
     """Hello accepted: the negotiated version, the campaign, the assigned tier, where to resume."""
 
     protocol_version: int
     node_id: RequestId
-    campaign: Annotated[Object, Meta(description="id, name, state and config (tasks, G, I, J, GRPO...)")]
+    campaign: CampaignInfo
     tier: Annotated[str, Meta(max_length=64)]
-    model: Annotated[Object, Meta(description="the tier's ModelSpec")]
+    model: Annotated[ModelSpec, Meta(description="the tier: where its weights come from, what it needs")]
     resume_round: Annotated[
         int, Meta(ge=0, description="the next round the coordinator expects from this node")
     ]
     heartbeat_seconds: Annotated[float, Meta(ge=1)]
-    limits: Annotated[Object, Meta(description="max_message_bytes, rate limits")]
+    limits: Limits
     reason: Annotated[str, Meta(max_length=500, description="why this tier")]
 
 
@@ -303,6 +322,11 @@ class Error(_Message, tag="error"):
     data: Annotated[Object, Meta(description="details, e.g. the original ack")] | UnsetType = UNSET
 
 
+# What each side sends: ``parse`` returns one of these, and handlers match on the type.
+WorkerMessage = Hello | LeaseRequest | Submit | SampleRequest | MetricsReport | Heartbeat | Release
+CoordinatorMessage = (
+    Welcome | Lease | SubmitAck | Samples | MetricsAck | HeartbeatAck | ReleaseAck | CampaignState | Error
+)
 WORKER_MESSAGES: dict[str, type[_Message]] = {
     cls.__struct_config__.tag: cls
     for cls in (Hello, LeaseRequest, Submit, SampleRequest, MetricsReport, Heartbeat, Release)
@@ -322,15 +346,22 @@ COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
     )
 }
 # The reply each worker request gets (or `error`).
-REPLIES = {
-    "hello": "welcome",
-    "lease_request": "lease",
-    "submit": "submit_ack",
-    "sample_request": "samples",
-    "metrics": "metrics_ack",
-    "heartbeat": "heartbeat_ack",
-    "release": "release_ack",
+REPLIES: dict[type[_Message], type[_Message]] = {
+    Hello: Welcome,
+    LeaseRequest: Lease,
+    Submit: SubmitAck,
+    SampleRequest: Samples,
+    MetricsReport: MetricsAck,
+    Heartbeat: HeartbeatAck,
+    Release: ReleaseAck,
 }
+
+
+def kind(message: type[_Message] | _Message) -> str:
+    """A message's (or message class's) ``type`` on the wire."""
+    return message.__struct_config__.tag  # type: ignore[return-value]
+
+
 _DECODERS = {
     "worker": msgspec.json.Decoder(Union[tuple(WORKER_MESSAGES.values())]),  # noqa: UP007
     "coordinator": msgspec.json.Decoder(Union[tuple(COORDINATOR_MESSAGES.values())]),  # noqa: UP007
@@ -363,19 +394,9 @@ class _IdOnly(Struct):
 _ID_DECODER = msgspec.json.Decoder(_IdOnly)
 
 
-@dataclass
-class Message:
-    """A validated message: its type, its fields (``rollouts`` as :class:`Rollout` objects;
-    optional fields that were absent are left out) and its envelope."""
-
-    type: str
-    fields: dict[str, Any]
-    id: str | None = None
-    reply_to: str | None = None
-
-
-def parse(raw: str | bytes, direction: str) -> Message:
-    """Validate one frame sent by ``direction`` ("worker" or "coordinator"); raise ProtocolError.
+def parse(raw: str | bytes, direction: str) -> Any:
+    """Validate one frame sent by ``direction`` ("worker": a :data:`WorkerMessage`, or
+    "coordinator": a :data:`CoordinatorMessage`) and return it; raise ProtocolError.
 
     The cost is bounded before any work: the frame's size first, then one decode that stops at
     the first violation (a string over its limit, an integer out of range, nesting past
@@ -390,7 +411,7 @@ def parse(raw: str | bytes, direction: str) -> Message:
         nul = ProtocolError(ErrorCode.INVALID_MESSAGE, "text must not contain U+0000 (NUL)")
         raise _with_id(nul, raw)
     try:
-        decoded = _DECODERS[direction].decode(raw)
+        return _DECODERS[direction].decode(raw)
     except msgspec.ValidationError as error:
         raise _invalid(error, raw, direction) from None
     except msgspec.DecodeError as error:
@@ -398,17 +419,6 @@ def parse(raw: str | bytes, direction: str) -> Message:
     except RecursionError:
         nested = ProtocolError(ErrorCode.INVALID_MESSAGE, "the message is nested too deeply")
         raise _with_id(nested, raw) from None
-    fields = {
-        name: value
-        for name in decoded.__struct_fields__
-        if name not in ("id", "reply_to") and (value := getattr(decoded, name)) is not UNSET
-    }
-    return Message(
-        decoded.__struct_config__.tag,
-        fields,
-        None if decoded.id is UNSET else decoded.id,
-        None if decoded.reply_to is UNSET else decoded.reply_to,
-    )
 
 
 def _invalid(error: msgspec.ValidationError, raw: str | bytes, direction: str) -> ProtocolError:
@@ -424,7 +434,9 @@ def _invalid(error: msgspec.ValidationError, raw: str | bytes, direction: str) -
             raw,
         )
     where = f"field {path!r}: " if path else ""
-    return _with_id(ProtocolError(ErrorCode.INVALID_MESSAGE, where + what), raw)
+    invalid = ProtocolError(ErrorCode.INVALID_MESSAGE, where + what)
+    invalid.path = path
+    return _with_id(invalid, raw)
 
 
 def _with_id(error: ProtocolError, raw: str | bytes) -> ProtocolError:
@@ -447,22 +459,17 @@ def peek_id(raw: str | bytes) -> str | None:
     return request_id if isinstance(request_id, str) and len(request_id) <= 64 else None
 
 
-def encode(kind: str, reply_to: str | None = None, id: str | None = None, **fields: Any) -> str:
-    """Serialise a message; Rollout (and other Struct) values are written as their records."""
-    body: dict[str, Any] = {"type": kind}
-    if id is not None:
-        body["id"] = id
+def encode(message: _Message, reply_to: str | None = None) -> str:
+    """One frame: ``message`` as JSON (``reply_to`` set when given). Fields are written as they
+    are held: a Samples' rollouts may be stored records (dicts) as well as :class:`Rollout`."""
     if reply_to is not None:
-        body["reply_to"] = reply_to
-    body.update(fields)
-    return msgspec.json.encode(body).decode()
+        message = msgspec.structs.replace(message, reply_to=reply_to)
+    return msgspec.json.encode(message).decode()
 
 
 def error(code: ErrorCode, message: str, reply_to: str | None = None, data: dict | None = None) -> str:
-    fields: dict[str, Any] = {"code": str(code), "message": message}
-    if data is not None:
-        fields["data"] = data
-    return encode("error", reply_to=reply_to, **fields)
+    """An ``error`` frame."""
+    return encode(Error(code=str(code), message=message, data=UNSET if data is None else data), reply_to)
 
 
 def json_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -493,12 +500,13 @@ def render_docs() -> str:
         ("Coordinator to worker", COORDINATOR_MESSAGES),
     ):
         lines += [f"### {title}", ""]
-        for kind in specs:
-            schema = dict(schemas[kind])
+        for tag in specs:
+            schema = dict(schemas[tag])
             description = schema.pop("description", "")
             schema.pop("title", None)
-            reply = f" Answered by `{REPLIES[kind]}` (or `error`)." if kind in REPLIES else ""
-            lines += [f"#### `{kind}`", "", description + reply, "", "```json"]
+            answer = REPLIES.get(specs[tag])
+            reply = f" Answered by `{answer.__struct_config__.tag}` (or `error`)." if answer else ""
+            lines += [f"#### `{tag}`", "", description + reply, "", "```json"]
             lines += [json.dumps(schema, indent=2), "```", ""]
     lines += ["### Definitions", ""]
     for name, schema in sorted(definitions.items()):

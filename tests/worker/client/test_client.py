@@ -32,6 +32,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from tests.wsclient import frame
 from worker.client.address import normalise_url
 from worker.client.backoff import Backoff
 from worker.client.errors import CampaignFinished, FatalError, LeaseLost, SubmissionRejected
@@ -79,6 +80,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def fields(message: Any) -> dict[str, Any]:
+    """A parsed message's fields that were set (its envelope left out), as the fake's handlers
+    read them."""
+    return {
+        name: value
+        for name in message.__struct_fields__
+        if name not in ("id", "reply_to") and (value := getattr(message, name)) is not msgspec.UNSET
+    }
+
+
 class FakeCoordinator:
     """Just enough of swarm_app/coordinator/consumers.py to exercise the client.
 
@@ -101,7 +112,7 @@ class FakeCoordinator:
         hello_error: str | None = None,
         submit_error: str | None = None,
         garbage: bool = False,
-        on_message: Callable[[FakeCoordinator, protocol.Message], bool] | None = None,
+        on_message: Callable[[FakeCoordinator, Any], bool] | None = None,
     ) -> None:
         self.config = config or small_config()
         self.mix = self.config.mix
@@ -115,7 +126,7 @@ class FakeCoordinator:
         self.submit_error = submit_error
         self.garbage = garbage
         self.on_message = on_message  # returns True to skip the normal answer
-        self.received: list[protocol.Message] = []
+        self.received: list[Any] = []  # the worker messages, as parsed
         self.counts: Counter[str] = Counter()
         self.connections = 0
         self.node_round = 0
@@ -159,8 +170,8 @@ class FakeCoordinator:
 
         asyncio.run_coroutine_threadsafe(send_all(), self._loop).result(5)
 
-    def of_type(self, kind: str) -> list[protocol.Message]:
-        return [m for m in self.received if m.type == kind]
+    def of_type(self, kind: str) -> list[Any]:
+        return [m for m in self.received if protocol.kind(m) == kind]
 
     # --- the protocol --------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:
@@ -170,21 +181,22 @@ class FakeCoordinator:
             async for raw in ws:
                 message = protocol.parse(raw, "worker")  # the client must only send valid frames
                 self.received.append(message)
-                self.counts[message.type] += 1
-                first = self.counts[message.type] == 1
+                kind = protocol.kind(message)
+                self.counts[kind] += 1
+                first = self.counts[kind] == 1
                 if self.on_message is not None and self.on_message(self, message):
                     continue
-                if first and message.type in self.drop_first:
+                if first and kind in self.drop_first:
                     ws.transport.abort()
                     return
-                if first and message.type in self.silent_first:
+                if first and kind in self.silent_first:
                     continue
-                if message.type == "hello" and self.hello_error:
+                if kind == "hello" and self.hello_error:
                     await ws.send(protocol.error(ErrorCode(self.hello_error), "refused", message.id))
                     await ws.close(4001 if self.hello_error == ErrorCode.INVALID_TOKEN else 4000)
                     return
                 reply = self.answer(message)
-                if first and message.type in self.store_then_drop:
+                if first and kind in self.store_then_drop:
                     ws.transport.abort()
                     return
                 if self.garbage:
@@ -201,13 +213,13 @@ class FakeCoordinator:
         finally:
             self._sockets.discard(ws)
 
-    def answer(self, message: protocol.Message) -> str:
-        fields, rid = message.fields, message.id
+    def answer(self, message: Any) -> str:
+        rid = None if message.id is msgspec.UNSET else message.id
         try:
-            kind, payload = getattr(self, f"on_{message.type}")(fields)
+            kind, payload = getattr(self, f"on_{protocol.kind(message)}")(fields(message))
         except protocol.ProtocolError as error:
             return protocol.error(error.code, error.message, rid, getattr(error, "data", None))
-        return protocol.encode(kind, reply_to=rid, **payload)
+        return frame(kind, reply_to=rid, **payload)
 
     def on_hello(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if self.state in ("completed", "stopped", "failed"):
@@ -220,7 +232,11 @@ class FakeCoordinator:
             "model": TIERS["tiny-1m"].to_json(),
             "resume_round": self.node_round,
             "heartbeat_seconds": self.heartbeat_seconds,
-            "limits": {"max_message_bytes": protocol.MAX_MESSAGE_BYTES},
+            "limits": {
+                "max_message_bytes": protocol.MAX_MESSAGE_BYTES,
+                "rate_per_second": 5.0,
+                "rate_burst": 20.0,
+            },
             "reason": "unit test",
         }
 
@@ -475,9 +491,9 @@ def test_clean_metrics_keeps_finite_numbers_only() -> None:
 def test_hello_lease_submit_sample_report_release() -> None:
     with FakeCoordinator() as fake, transport_for(fake) as transport:
         welcome = transport.start(timeout=10)
-        assert welcome["tier"] == "tiny-1m" and transport.campaign_state == "running"
+        assert welcome.tier == "tiny-1m" and transport.campaign_state == "running"
         hello_msg = fake.of_type("hello")[0]
-        assert hello_msg.fields["node_id"] == "node-a" and hello_msg.id
+        assert hello_msg.node_id == "node-a" and hello_msg.id
 
         lease = transport.lease("node-a", 0, 2)
         assert len(lease.questions) == 2 and isinstance(lease.questions[0].ref, QuestionRef)
@@ -487,7 +503,7 @@ def test_hello_lease_submit_sample_report_release() -> None:
         sent = rollouts_for(lease)
         verified = transport.submit(lease, sent)
         assert [r.rollout_id for r in verified] == [r.rollout_id for r in sent]
-        assert [r.rewards for r in verified] == fake.acks[fake.of_type("submit")[0].fields["submission_id"]][
+        assert [r.rewards for r in verified] == fake.acks[fake.of_type("submit")[0].submission_id][
             "verified_rewards"
         ]
         assert verified[0].rewards[0] == 1.0 and verified[0].rewards[1] == 0.0  # the verifier's, not ours
@@ -502,7 +518,7 @@ def test_hello_lease_submit_sample_report_release() -> None:
 
         second = transport.lease("node-a", 1, 2)
         assert transport.release_active() is True
-        assert fake.of_type("release")[0].fields["lease_id"] == second.lease_id
+        assert fake.of_type("release")[0].lease_id == second.lease_id
         assert transport.active_lease is None and transport.release_active() is False
         assert transport.heartbeat() == "running"
     assert transport.connection_state == "closed"
@@ -516,13 +532,11 @@ def test_dropped_submit_is_retried_after_reconnect_and_its_replay_counts_as_succ
         verified = transport.submit(lease, rollouts_for(lease))
         submits = fake.of_type("submit")
         assert len(submits) == 2 and fake.connections == 2
-        assert submits[0].fields["submission_id"] == submits[1].fields["submission_id"]
+        assert submits[0].submission_id == submits[1].submission_id
         assert submits[0].id != submits[1].id  # a new request id, the same submission
         hellos = fake.of_type("hello")
-        assert [h.fields["node_id"] for h in hellos] == ["node-a", "node-a"]  # resumed as the same node
-        assert [r.rewards for r in verified] == fake.acks[submits[0].fields["submission_id"]][
-            "verified_rewards"
-        ]
+        assert [h.node_id for h in hellos] == ["node-a", "node-a"]  # resumed as the same node
+        assert [r.rewards for r in verified] == fake.acks[submits[0].submission_id]["verified_rewards"]
         assert len(fake.pool) == 2  # stored once
         assert transport.connections == 2
 
@@ -552,7 +566,7 @@ def test_unreachable_coordinator_is_retried_with_backoff_until_it_starts() -> No
     port = free_port()
     transport = WebsocketTransport(f"ws://127.0.0.1:{port}/ws/worker/", hello(), backoff=Backoff(0.05, 0.2))
     result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.update(transport.start(timeout=20)))
+    thread = threading.Thread(target=lambda: result.update(welcome=transport.start(timeout=20)))
     thread.start()
     try:
         time.sleep(0.8)  # several refused attempts
@@ -562,7 +576,7 @@ def test_unreachable_coordinator_is_retried_with_backoff_until_it_starts() -> No
         assert transport.connection_state.startswith(("connecting", "reconnecting"))
         with FakeCoordinator(port=port) as fake:
             thread.join(15)
-            assert result["tier"] == "tiny-1m" and fake.connections == 1
+            assert result["welcome"].tier == "tiny-1m" and fake.connections == 1
     finally:
         transport.close()
         thread.join(5)
@@ -596,9 +610,29 @@ def test_fatal_hello_errors_stop_without_retrying(code: str) -> None:
         assert fake.connections == 1 and transport.connection_state == "refused"
 
 
+def test_a_campaign_this_worker_cannot_read_stops_it_with_the_reason() -> None:
+    """A newer coordinator's setting in the welcome: the worker stops and asks to be upgraded,
+    instead of ignoring the welcome and waiting for one it can read."""
+
+    def newer_settings(fake: FakeCoordinator, message: Any) -> bool:
+        if not isinstance(message, protocol.Hello):
+            return False
+        _, welcome = fake.on_hello(fields(message))
+        welcome["campaign"]["config"]["a_setting_from_the_future"] = 1
+        ws = next(iter(fake._sockets))
+        fake._loop.create_task(ws.send(frame("welcome", reply_to=message.id, **welcome)))
+        return True
+
+    with FakeCoordinator(on_message=newer_settings) as fake, transport_for(fake) as transport:
+        with pytest.raises(FatalError, match=r"cannot read the campaign's settings.*upgrade it") as stopped:
+            transport.start(timeout=10)
+        assert stopped.value.code == "unsupported_campaign"
+        assert "a_setting_from_the_future" in str(stopped.value)
+
+
 def test_a_fatal_error_on_a_request_stops_the_transport() -> None:
-    def ban(fake: FakeCoordinator, message: protocol.Message) -> bool:
-        if message.type != "lease_request":
+    def ban(fake: FakeCoordinator, message: Any) -> bool:
+        if not isinstance(message, protocol.LeaseRequest):
             return False
         ws = next(iter(fake._sockets))
         fake._loop.create_task(ws.send(protocol.error(ErrorCode.BANNED, "banned", message.id)))
@@ -633,11 +667,11 @@ def test_pause_pushed_mid_run_then_resume_pushed() -> None:
     with FakeCoordinator() as fake, transport_for(fake) as transport:
         transport.start(timeout=10)
         fake.state = "paused"
-        fake.push(protocol.encode("campaign_state", state="paused"))
+        fake.push(protocol.encode(protocol.CampaignState(state="paused")))
 
         def resume() -> None:
             fake.state = "running"
-            fake.push(protocol.encode("campaign_state", state="running"))
+            fake.push(protocol.encode(protocol.CampaignState(state="running")))
 
         threading.Timer(0.5, resume).start()
         time.sleep(0.2)
@@ -660,7 +694,7 @@ def test_pushed_stop_finishes_cleanly(state: str) -> None:
     with FakeCoordinator() as fake, transport_for(fake) as transport:
         transport.start(timeout=10)
         fake.state = state
-        fake.push(protocol.encode("campaign_state", state=state))
+        fake.push(protocol.encode(protocol.CampaignState(state=state)))
         with pytest.raises(CampaignFinished):
             transport.lease("node-a", 0, 2)
 
@@ -750,7 +784,7 @@ def test_run_worker_trains_checkpoints_and_resumes(
         assert first.checkpoint == checkpoint_path(data_dir, 7, first.node_id)
         assert sorted(fake.metrics) == [0, 1] and fake.node_round == 2
         assert len(fake.of_type("submit")) == 3  # the first dropped and replayed
-        hello_fields = fake.of_type("hello")[0].fields
+        hello_fields = fields(fake.of_type("hello")[0])
         assert (
             hello_fields["node_id"] == first.node_id and hello_fields["generation_tokens_per_second"] == 0.0
         )
@@ -765,7 +799,7 @@ def test_run_worker_trains_checkpoints_and_resumes(
             1,
         )
         assert sorted(fake.metrics) == [0, 1, 2]
-        last_hello = fake.of_type("hello")[-1].fields
+        last_hello = fields(fake.of_type("hello")[-1])
         assert last_hello["generation_tokens_per_second"] > 0  # measured by the first run
         assert fake.metrics[2]["external_fraction"] > 0  # external rollouts were trained on
 
@@ -779,8 +813,8 @@ def test_run_worker_trains_checkpoints_and_resumes(
 
 @pytest.mark.timeout(300)
 def test_sigterm_mid_round_releases_the_lease_and_exits_cleanly(worker_env: None, tmp_path: Path) -> None:
-    def terminate_on_submit(fake: FakeCoordinator, message: protocol.Message) -> bool:
-        if message.type == "submit":
+    def terminate_on_submit(fake: FakeCoordinator, message: Any) -> bool:
+        if isinstance(message, protocol.Submit):
             os.kill(os.getpid(), signal.SIGTERM)
             return True  # never answered: the worker is blocked waiting for it
         return False
@@ -790,7 +824,7 @@ def test_sigterm_mid_round_releases_the_lease_and_exits_cleanly(worker_env: None
         result = run_worker(fake.url, "secret", tmp_path / "volunteer", status=False)
         assert result.reason == "interrupted" and "released the lease of round 0" in result.message
         (lease_id,) = fake.leases
-        assert [m.fields["lease_id"] for m in fake.of_type("release")] == [lease_id]
+        assert [m.lease_id for m in fake.of_type("release")] == [lease_id]
         assert fake.leases[lease_id]["state"] == "released"
         # Interrupted while generating: the weights are round 0's, so a checkpoint was written.
         assert result.checkpoint is not None and result.checkpoint.exists()
@@ -829,7 +863,7 @@ def test_join_command_in_a_subprocess(tiny_1m_dir: Path, tmp_path: Path) -> None
             timeout=240,
         )
         assert proc.returncode == 0, proc.stderr
-        assert fake.of_type("hello")[0].fields["token"] == "secret-from-env"
+        assert fake.of_type("hello")[0].token == "secret-from-env"
         assert sorted(fake.metrics) == [0]
         assert "backend: transformers" in proc.stderr and "1 this run" in proc.stderr
 
@@ -875,7 +909,7 @@ def test_a_backfill_campaign_asks_the_coordinator_for_exactly_what_it_fills(
         fake.config = config
         result = run_worker(fake.url, "secret", tmp_path / "volunteer", status=False)
         assert result.reason == "completed" and sorted(fake.metrics) == [0, 1, 2]
-        asked = [m.fields["count"] for m in fake.of_type("sample_request")]
+        asked = [m.count for m in fake.of_type("sample_request")]
     wanted = []
     for r in range(3):
         m = fake.metrics[r]

@@ -249,7 +249,8 @@ def test_protocol_reference_in_docs_is_generated_from_the_code():
 
 def test_protocol_parse_is_bounded_and_names_the_field():
     """Frames that used to crash the hand-written parser get invalid_message, at a bounded cost."""
-    from worker.shared.protocol import ErrorCode, ProtocolError, encode, parse
+    from tests.wsclient import frame as encode
+    from worker.shared.protocol import ErrorCode, ProtocolError, parse
 
     rollout = make_rollout("a", [1.0, 0.0]).to_json()
     rollout["metadata"] = {"x": "__DEEP__"}
