@@ -72,6 +72,10 @@ class WorkerNode(models.Model):
     rejected_submissions = models.IntegerField(default=0)
     last_reward = models.FloatField(null=True, blank=True)
     connected = models.BooleanField(default=False)
+    # The connection that said hello last (on any server): only its close marks the node
+    # disconnected, so a node that moved to another server before its old connection was
+    # noticed closed stays connected (docs/deploy.md, several servers).
+    connection_id = models.CharField(max_length=32, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -93,6 +95,7 @@ def hello(message: Hello, limits: Limits) -> tuple[WorkerNode, Welcome]:
         node.client_version = message.client_version
         node.generation_tokens_per_second = message.generation_tokens_per_second
         node.connected = True
+        node.connection_id = uuid.uuid4().hex
         node.state = WorkerNode.State.HEALTHY
         node.last_seen = timezone.now()
         node.save()
@@ -111,4 +114,8 @@ def hello(message: Hello, limits: Limits) -> tuple[WorkerNode, Welcome]:
 
 
 def disconnected(node: WorkerNode) -> None:
-    WorkerNode.objects.filter(pk=node.pk).update(connected=False, last_seen=timezone.now())
+    """``node``'s connection closed: the node is disconnected unless another connection (on any
+    server) has said hello since; ``node`` is the instance this connection's hello returned."""
+    WorkerNode.objects.filter(pk=node.pk, connection_id=node.connection_id).update(
+        connected=False, last_seen=timezone.now()
+    )
