@@ -42,6 +42,7 @@ class SimulationConfig:
     pool_window: int = 256  # rollouts: the most recent ones are sampled
     checkpoint_every: int = 0  # rounds; 0 = never
     backend: str = "transformers"  # generation backend of every agent: transformers, vllm or auto
+    device: str = "cpu"  # where every agent's policy trains (and generates): cpu or cuda
     # A heterogeneous swarm: agent i's tier (len == agents); None: every agent's is ``tier``
     tiers: list[str] | None = None
     # One pool per tier (each size shares only with itself) instead of one for all agents
@@ -67,6 +68,7 @@ class SimulationConfig:
             "pool_window": self.pool_window,
             "checkpoint_every": self.checkpoint_every,
             "backend": self.backend,
+            "device": self.device,
             "version": __version__,
         }
 
@@ -113,7 +115,7 @@ class Swarm:
         for index, tier_name in enumerate(config.agent_tiers()):
             spec = tier(tier_name)
             model_dir = resolve(spec, cache_dir, log=log)
-            model, tokenizer = load_policy(spec, cache_dir, log=log)
+            model, tokenizer = load_policy(spec, cache_dir, device=config.device, log=log)
             backend = make_backend(
                 backend_name,
                 model,

@@ -11,31 +11,16 @@ swarm-worker heterogeneous          two model sizes in one pool vs a pool per si
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from worker import __version__
-from worker.research import heterogeneous_cli
-from worker.research.study import (
-    ARM_ORDER,
-    DEFAULT_DESIGN,
-    DEFAULT_OUT,
-    DESIGN_OUT,
-    DESIGNS,
-    QUICK_OUT,
-    REQUIRED_ARMS,
-    V3_REQUIRED_ARMS,
-    StudyConfig,
-    StudyError,
-)
-from worker.research.study_runner import DEFAULT_JOBS, run_study
+from worker.cli import heterogeneous
+from worker.cli import study as study_commands
+from worker.cli.defaults import fill_defaults, formatter
 
-# Options whose default is a setting's own (a dataclass field or a constant): None on the command
-# line, filled in from there when the command runs, and shown from there by --help. Read lazily:
-# worker.shared.config imports reasoning-gym and worker.research.simulate torch (seconds).
+# Options whose default is a setting's own (worker/cli/defaults.py).
 SIMULATE_DEFAULTS = {
     "questions": "worker.shared.config:AgentConfig.questions_per_round",
     "group_size": "worker.shared.config:AgentConfig.group_size",
@@ -48,41 +33,10 @@ SIMULATE_DEFAULTS = {
     "checkpoint_every": "worker.research.simulate:SimulationConfig.checkpoint_every",
     "backend": "worker.research.simulate:SimulationConfig.backend",
 }
-REPORT_DEFAULTS = {"resamples": "worker.shared.stats:BOOTSTRAP_RESAMPLES"}
 
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("SWARM_DATA_DIR") or Path.home() / ".swarm")
-
-
-def _setting(source: str) -> Any:
-    """The value ``"module:Name.attribute"`` names (a dataclass field's default, a constant)."""
-    module, _, path = source.partition(":")
-    value: Any = importlib.import_module(module)
-    for name in path.split("."):
-        value = getattr(value, name)
-    return value
-
-
-def _fill_defaults(args: argparse.Namespace, defaults: dict[str, str]) -> None:
-    """Options left out on the command line take their setting's default."""
-    for dest, source in defaults.items():
-        if getattr(args, dest) is None:
-            setattr(args, dest, _setting(source))
-
-
-def _formatter(defaults: dict[str, str]) -> type[argparse.HelpFormatter]:
-    """A help formatter that shows each of ``defaults``' options' default, read from its setting."""
-
-    class Formatter(argparse.HelpFormatter):
-        def _get_help_string(self, action: argparse.Action) -> str | None:
-            source = defaults.get(action.dest)
-            if source is None:
-                return action.help
-            value, name = _setting(source), source.partition(":")[2]
-            return f"{action.help + ' ' if action.help else ''}(default: {value}, {name})"
-
-    return Formatter
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -110,11 +64,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from worker.shared.questions import preset
     from worker.shared.tiers import tier
 
-    _fill_defaults(args, SIMULATE_DEFAULTS)
+    fill_defaults(args, SIMULATE_DEFAULTS)
     spec = tier(args.tier)
     self_window = pool_share_window(args.pool_window, args.agents)
     if args.arms:  # the study's arms by name (worker/research/study.py), <arm>@B<n> too
-        from worker.research.study import resolve_arm
+        from worker.research.study import StudyError, resolve_arm
 
         try:
             arms = [resolve_arm(name, self_window) for name in args.arms.split(",")]
@@ -168,6 +122,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         agent=agent,
         checkpoint_every=args.checkpoint_every,
         backend=args.backend,
+        device=args.device,
         pool_window=args.pool_window,
     )
     try:
@@ -260,95 +215,6 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 2 if any(result.reason == "fatal" for result in results) else 0
 
 
-def cmd_study(args: argparse.Namespace) -> int:
-    """Run (or resume) the SAPO table study; results after every cell."""
-    design = args.design or DEFAULT_DESIGN
-    base = StudyConfig.quick_config(design) if args.quick else StudyConfig(design=design)
-    # A quick run stays in one process: spawning a second costs more than its few cells.
-    jobs = args.jobs or (1 if args.quick else DEFAULT_JOBS)
-    out = args.out or (QUICK_OUT if args.quick else DESIGN_OUT[design])
-    documented = [path for path in DESIGN_OUT.values() if out.resolve() == path.resolve()]
-    if args.quick and documented:
-        # The documented results must come from a full run, never from a smoke test.
-        print(f"swarm-worker study: a --quick run does not write {documented[0]}", file=sys.stderr)
-        return 2
-    # The same seeds for every arm: that is what makes the arms' differences pair.
-    seeds = list(range(args.first_seed, args.first_seed + (args.seeds or len(base.seeds))))
-    overrides = {
-        "agents": args.agents,
-        "rounds": args.rounds,
-        "group_size": args.group_size,
-        "max_new_tokens": args.max_new_tokens,
-        "tier": args.tier,
-        "tasks": args.tasks,
-        "learning_rate": args.lr,
-        "num_iterations": args.num_iterations,
-        "self_window": args.self_window,
-        "questions_per_round": args.questions,
-        "decay_rounds": args.decay_rounds,
-    }
-    try:
-        values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
-        if args.questions is not None:
-            values["max_questions"] = None  # 8/0-dyn's cap follows B: 2 max(B, 8)
-        if args.arms:
-            values["arms"] = args.arms.split(",")
-        if args.other_seeds is not None:
-            values["other_seeds"] = args.other_seeds or None
-        if args.lr is None and args.tier and args.tier != base.tier:
-            values["learning_rate"] = None  # the chosen tier's default, not tiny-1m's
-        config = StudyConfig(**values)
-        print(
-            f"study (design {config.design}): {len(config.arms)} arms ({', '.join(config.arms)}), "
-            f"{len(config.seeds)} seeds (arms outside {', '.join(config.required_arms)}: "
-            f"{len(config.seeds_of('6/2'))}), B = {config.questions_per_round}, {config.agents} "
-            f"agents x {config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
-            f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
-            flush=True,
-        )
-        run_study(config, out, jobs=jobs, verbose=args.verbose, log=lambda m: print(m, flush=True))
-    except StudyError as error:
-        print(f"swarm-worker study: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"swarm-worker study: interrupted; finished cells are in {out}, rerun to resume", file=sys.stderr
-        )
-        return 130
-    print(f"results: {out}\nreport:  swarm-worker study-report {out}")
-    return 0
-
-
-def cmd_study_report(args: argparse.Namespace) -> int:
-    """Write the study's markdown report and PNG plots from its results JSON."""
-    from worker.research.study_report import write_report
-
-    _fill_defaults(args, REPORT_DEFAULTS)
-    if not args.results.exists():
-        print(f"swarm-worker study-report: no results at {args.results}", file=sys.stderr)
-        return 2
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print(
-            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo[study]')", file=sys.stderr
-        )
-        return 2
-    print(f"report: {write_report(args.results, args.out, args.resamples)}")
-    return 0
-
-
-def cmd_study_batches(args: argparse.Namespace) -> int:
-    """Print, per arm and round, what the study's agents generated and trained on."""
-    from worker.research.study_batches import batches_text
-
-    if not args.results.exists():
-        print(f"swarm-worker study-batches: no results at {args.results}", file=sys.stderr)
-        return 2
-    print("\n".join(batches_text(args.results)))
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-worker", description="Swarm volunteer worker and SAPO engine."
@@ -361,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=cmd_doctor)
 
     sim = sub.add_parser(
-        "simulate", help="run N agents over an in-process pool", formatter_class=_formatter(SIMULATE_DEFAULTS)
+        "simulate", help="run N agents over an in-process pool", formatter_class=formatter(SIMULATE_DEFAULTS)
     )
     sim.add_argument("--agents", type=int, default=4)
     # 4/4 on purpose: the command simulates a swarm; AgentConfig's own I/J (8/0) train alone.
@@ -432,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="generation backend of every agent (vllm: one engine per agent, synced after each step)",
     )
+    sim.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where every agent trains and generates"
+    )
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
 
@@ -478,122 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
 
-    # The study's defaults are StudyConfig's (full, and quick_config's with --quick).
-    full, quick = StudyConfig(), StudyConfig.quick_config()
-
-    def either(name: str) -> str:
-        return f"default {getattr(full, name)}; --quick {getattr(quick, name)}"
-
-    study = sub.add_parser(
-        "study", help="run the SAPO table study (arms x seeds); resumable, results after every cell"
-    )
-    study.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"a smoke test: {quick.agents} agents, {quick.rounds} rounds, {len(quick.seeds)} seeds, "
-        f"G {quick.group_size}",
-    )
-    study.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help=f"results JSON (default: {DEFAULT_OUT}, v2: {DESIGN_OUT['v2']}; --quick: a temp dir)",
-    )
-    study.add_argument(
-        "--seeds",
-        type=int,
-        default=None,
-        help=f"number of seeds (default {len(full.seeds)}; --quick {len(quick.seeds)})",
-    )
-    study.add_argument("--first-seed", type=int, default=0)
-    study.add_argument("--rounds", type=int, default=None, help=f"rounds per cell ({either('rounds')})")
-    study.add_argument("--agents", type=int, default=None, help=f"agents per cell ({either('agents')})")
-    study.add_argument("--group-size", type=int, default=None, help=f"G ({either('group_size')})")
-    study.add_argument("--max-new-tokens", type=int, default=None, help=either("max_new_tokens"))
-    study.add_argument("--tier", default=None, help=f"default {full.tier}")
-    study.add_argument("--tasks", default=None, help=f"task preset (default {full.tasks})")
-    study.add_argument("--lr", type=float, default=None, help="default: the tier's")
-    study.add_argument(
-        "--num-iterations",
-        type=int,
-        default=None,
-        help=f"GRPO passes per round (default {full.num_iterations})",
-    )
-    study.add_argument(
-        "--design",
-        choices=DESIGNS,
-        default=None,
-        help=f"the study's design: v3 (issue #29: 4/4@B4, backfill; pre-registered 4/4@B4 vs 8/0; "
-        f"{DESIGN_OUT['v3']}) or v2 (issue #18: 4/4 vs 4/4-self; {DESIGN_OUT['v2']}); default "
-        f"{DEFAULT_DESIGN}",
-    )
-    study.add_argument(
-        "--arms",
-        default=None,
-        help=f"comma-separated arms, of {', '.join(ARM_ORDER)}, or any of them at another B as "
-        f"<arm>@B<n> (default {','.join(full.arms)}; v2: {','.join(StudyConfig(design='v2').arms or [])})",
-    )
-    study.add_argument(
-        "--questions",
-        type=int,
-        default=None,
-        help=f"B: questions each agent generates per round, for the arms that do not fix their own "
-        f"(@B<n>; default {full.questions_per_round}); I and J stay the arm's",
-    )
-    study.add_argument(
-        "--decay-rounds",
-        type=int,
-        default=None,
-        help=f"4/4-decay's T: its J falls linearly from 4 to 0 by this round (default {full.decay_rounds})",
-    )
-    study.add_argument(
-        "--other-seeds",
-        type=int,
-        default=None,
-        help=f"seeds of the arms outside the required ones ({', '.join(V3_REQUIRED_ARMS)}; v2: "
-        f"{', '.join(REQUIRED_ARMS)}) (the first N; default {full.other_seeds}; 0: all)",
-    )
-    study.add_argument(
-        "--self-window",
-        type=int,
-        default=None,
-        help="4/4-self's replay window in groups (default: the pool's window over the agents, "
-        f"{full.self_window} here); a window whose groups' mean age matches the pool's removes the "
-        "primary comparison's staleness difference",
-    )
-    study.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help=f"processes, one torch thread each (default: min(2, CPUs), {DEFAULT_JOBS} here; --quick 1)",
-    )
-    study.add_argument("-v", "--verbose", action="store_true", help="a line per round")
-    study.set_defaults(func=cmd_study)
-
-    report = sub.add_parser(
-        "study-report",
-        help="write the SAPO table study's report and plots",
-        formatter_class=_formatter(REPORT_DEFAULTS),
-    )
-    report.add_argument("results", type=Path, nargs="?", default=DEFAULT_OUT)
-    report.add_argument("--out", type=Path, default=None, help="markdown path (default: the JSON's, .md)")
-    report.add_argument("--resamples", type=int, default=None, help="bootstrap resamples")
-    report.set_defaults(func=cmd_study_report)
-
-    batches = sub.add_parser(
-        "study-batches",
-        help="print what each arm of a study generated and trained on, round by round (markdown)",
-    )
-    batches.add_argument("results", type=Path, nargs="?", default=DEFAULT_OUT)
-    batches.set_defaults(func=cmd_study_batches)
-    heterogeneous_cli.add_parser(sub)
+    study_commands.add_parsers(sub)
+    heterogeneous.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
