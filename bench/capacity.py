@@ -3,7 +3,9 @@
 N simulated volunteers (bench/coordinator.py's cheap clients: canned, truthfully scored rollouts
 of realistic size, no model) connect over real websockets to one real daphne process and each
 does what a worker does: a round every ``--round-seconds`` (default 30 s: lease, submit 8
-questions x G = 8, sample J = 4, metrics) and a heartbeat once 10 s pass without an answered
+questions x G = 8, sample J = 4, metrics; with ``--protocol 2``, the default and the worker
+client's, the draw comes with the submit's answer and the next lease with the metrics', so a
+round is two requests) and a heartbeat once 10 s pass without an answered
 request (the worker client's rule, worker/client/connection.py: two per such round; with
 ``--heartbeats fixed``, every 10 s whatever else was sent, as the client did before: three), each
 volunteer starting at a random point of its period so that the offered load is flat
@@ -29,10 +31,12 @@ volunteers at the same pace send the same frames (the coordinator pass's mean si
 type) to the bare echo endpoint, and it prints
 
     echo volunteers=N rounds_per_s=... connected=...% server_ms_per_round=... floor_ratio_max=...
+        server_per_echo=...
 
 where floor_ratio_max = floor / (floor + the echo's server CPU per round): the floor_ratio of a
 coordinator whose only work besides carrying its frames were the floor, the most this server
-allows at this pace.
+allows at this pace; and server_per_echo = the coordinator's server CPU per round over the
+echo's (the same protocol's request frames, echoed), the multiple of bare transport it costs.
 
 Client and server share the machine: the clients' own CPU (one process, asyncio) is printed too,
 and what else ran should be said beside any figure.
@@ -116,12 +120,13 @@ async def volunteer(
     until: float,
     tally: Tally,
     heartbeats_fixed: bool = False,
+    version: int = 2,
 ) -> None:
     import websockets
 
     from bench.coordinator import hello_fields, rollouts_for
 
-    hello = hello_fields(token, node_id)
+    hello = hello_fields(token, node_id, version)
     await asyncio.sleep(random.uniform(0, round_seconds))  # a flat offered load
     round = 0
     next_round = time.monotonic()
@@ -142,6 +147,7 @@ async def volunteer(
                 if welcome["type"] != "welcome":
                     raise RuntimeError(f"hello: {welcome}")
                 round = max(round, welcome["resume_round"])
+                held = None  # protocol 2: the next round's lease, from the metrics' answer
                 tally.connected += 1
                 try:
                     beating = asyncio.ensure_future(
@@ -151,7 +157,8 @@ async def volunteer(
                         while time.monotonic() < until:
                             await asyncio.sleep(max(0.0, next_round - time.monotonic()))
                             next_round += round_seconds
-                            lease = await request("lease_request", round=round)
+                            lease = held if held and held["round"] == round else None
+                            lease = lease or await request("lease_request", round=round)
                             if lease["type"] == "error" and lease["code"] == "round_submitted":
                                 await request("metrics", round=round, metrics={"resumed_submitted": 1.0})
                                 round += 1
@@ -173,8 +180,12 @@ async def volunteer(
                                 raise RuntimeError(f"submit: {ack}")
                             tally.acks.append((time.monotonic(), time.perf_counter() - start))
                             tally.acked_ids.add(submission_id)
-                            await request("sample_request", round=round, count=4)
-                            await request("metrics", round=round, metrics={"loss": 0.1, "reward": 0.5})
+                            if "samples" not in ack:  # protocol 1, or a replayed submission
+                                await request("sample_request", round=round, count=4)
+                            reported = await request(
+                                "metrics", round=round, metrics={"loss": 0.1, "reward": 0.5}
+                            )
+                            held = reported.get("next_lease")
                             round += 1
                     finally:
                         beating.cancel()
@@ -187,15 +198,25 @@ async def volunteer(
             await asyncio.sleep(random.uniform(0.5, 2.0))
 
 
-ROUND_REQUESTS = ("lease_request", "submit", "sample_request", "metrics")
+# A round's requests by protocol version (worker/shared/protocol.py): version 2 folds the draw
+# into the submit's answer and the next lease into the metrics'.
+ROUND_REQUESTS = {1: ("lease_request", "submit", "sample_request", "metrics"), 2: ("submit", "metrics")}
 
 
 async def echo_volunteer(
-    url: str, sizes: dict[str, int], round_seconds: float, until: float, tally: Tally, heartbeats_fixed: bool
+    url: str,
+    sizes: dict[str, int],
+    round_seconds: float,
+    until: float,
+    tally: Tally,
+    heartbeats_fixed: bool,
+    version: int = 2,
 ) -> None:
-    """A volunteer's pace and frames against the bare echo: each round the four requests' frames
-    (of the coordinator pass's mean sizes) one after another, each waiting for its echo, and the
-    same heartbeat rule. What carrying a round costs this server before any work is done."""
+    """A volunteer's pace and frames against the bare echo: each round the protocol's requests'
+    frames (of the coordinator pass's mean sizes) one after another, each waiting for its echo,
+    and the same heartbeat rule. What carrying a round costs this server before any work is done
+    (an echo answers with the request's bytes: a version-2 answer that carries a draw or a lease
+    is larger than that)."""
     import websockets
 
     frames = {kind: "x" * size for kind, size in sizes.items()}
@@ -218,7 +239,7 @@ async def echo_volunteer(
                 await asyncio.sleep(max(0.0, next_round - time.monotonic()))
                 next_round += round_seconds
                 start = time.perf_counter()
-                for kind in ROUND_REQUESTS:
+                for kind in ROUND_REQUESTS[version]:
                     await echo(kind)
                 tally.acks.append((time.monotonic(), time.perf_counter() - start))
         finally:
@@ -255,6 +276,7 @@ def run(
     round_floor_ms: float,
     heartbeats_fixed: bool = False,
     echo: bool = False,
+    version: int = 2,
 ) -> dict:
     from django.db import connection
 
@@ -280,7 +302,9 @@ def run(
             phase(
                 cpu,
                 [
-                    volunteer(url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed)
+                    volunteer(
+                        url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed, version
+                    )
                     for i in range(volunteers)
                 ],
                 ramp,
@@ -296,7 +320,9 @@ def run(
                 phase(
                     cpu,
                     [
-                        echo_volunteer(url, sizes, round_seconds, until, echo_tally, heartbeats_fixed)
+                        echo_volunteer(
+                            url, sizes, round_seconds, until, echo_tally, heartbeats_fixed, version
+                        )
                         for _ in range(volunteers)
                     ],
                     ramp,
@@ -320,6 +346,7 @@ def run(
     doubled = len(per_round) - len(set(per_round))
     server_ms = 1000 * (spent["daphne"] + spent["postgres"]) / max(1, len(window))
     result = {
+        "protocol": version,
         "volunteers": volunteers,
         "rounds_per_s": rounds_per_s,
         "offered": volunteers / round_seconds,
@@ -332,7 +359,7 @@ def run(
         "floor_ratio": round_floor_ms / server_ms if window else 0.0,
     }
     print(
-        f"volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
+        f"protocol={version} volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
         f"ack_p50_ms={result['ack_p50_ms']:.0f} ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} "
         f"doubled={doubled} connected={result['connected']:.1f}% busy={tally.busy} "
         f"floor_ratio={result['floor_ratio']:.2f}"
@@ -347,10 +374,11 @@ def run(
         echo_ms = 1000 * (echo_spent["daphne"] + echo_spent["postgres"]) / max(1, len(echo_rounds))
         result["echo_ms"] = echo_ms
         result["floor_ratio_max"] = round_floor_ms / (round_floor_ms + echo_ms)
+        result["server_per_echo"] = server_ms / echo_ms if echo_ms else 0.0
         print(
             f"echo volunteers={volunteers} rounds_per_s={len(echo_rounds) / seconds:.1f} "
             f"connected={100 * echo_connected / volunteers:.1f}% server_ms_per_round={echo_ms:.2f} "
-            f"floor_ratio_max={result['floor_ratio_max']:.2f}"
+            f"floor_ratio_max={result['floor_ratio_max']:.2f} server_per_echo={result['server_per_echo']:.2f}"
         )
         print(
             "  the same pace and frame sizes ("
@@ -384,6 +412,14 @@ def main() -> None:
         help="after each run, the same volunteers' frames against the bare echo on the same server "
         "(prints floor_ratio_max: what the transport alone leaves)",
     )
+    parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=[1, 2],
+        default=2,
+        help="the volunteers' protocol version: 2 (the worker client's: a round is submit and metrics) "
+        "or 1 (lease_request, submit, sample_request, metrics)",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
@@ -391,7 +427,15 @@ def main() -> None:
     with contextlib.redirect_stdout(sys.stderr):
         round_floor = floor()
     for volunteers in args.volunteers or [1000]:
-        run(volunteers, args.seconds, args.round_seconds, round_floor, args.heartbeats == "fixed", args.echo)
+        run(
+            volunteers,
+            args.seconds,
+            args.round_seconds,
+            round_floor,
+            args.heartbeats == "fixed",
+            args.echo,
+            args.protocol,
+        )
 
 
 if __name__ == "__main__":

@@ -155,12 +155,11 @@ def rollouts_for(lease: dict, node_id: str, mix) -> list[dict]:
     return out
 
 
-def hello_fields(token: str, node_id: str) -> dict:
-    """A simulated worker's hello: a CPU machine, the transformers backend."""
-    from worker.shared.protocol import PROTOCOL_VERSION
-
+def hello_fields(token: str, node_id: str, version: int = 1) -> dict:
+    """A simulated worker's hello: a CPU machine, the transformers backend, protocol ``version``
+    (1: a request per step of the round, as the benchmarks' figures were measured)."""
     return {
-        "protocol_versions": [PROTOCOL_VERSION],
+        "protocol_versions": [version],
         "token": token,
         "node_id": node_id,
         "client_version": "bench",

@@ -50,15 +50,14 @@ def submit_rounds(nodes: list, first_round: int, rounds: int) -> float:
         node = nodes[i % len(nodes)]
         number = first_round + i // len(nodes)
         lease = msgspec.to_builtins(issue_lease(node, number))
-        raw = protocol.encode(
-            "submit",
+        frame = protocol.Submit(
             id="1",
             submission_id=f"{node.node_id}-{number}",
             lease_id=lease["lease_id"],
             rollouts=rollouts_for(lease, node.node_id, mix),
         )
-        fields = protocol.parse(raw, "worker").fields
-        submissions.submit(node, fields["submission_id"], fields["lease_id"], fields["rollouts"])
+        message = protocol.parse(protocol.encode(frame), "worker")
+        submissions.submit(node, message.submission_id, message.lease_id, message.rollouts)
         if (i + 1) % 1000 == 0:
             print(f"  {i + 1} rounds submitted ({time.monotonic() - started:.0f} s)", flush=True)
     return time.monotonic() - started

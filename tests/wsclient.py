@@ -10,8 +10,6 @@ from typing import Any
 import msgspec
 import websockets
 
-from worker.shared.protocol import PROTOCOL_VERSION
-
 _ids = itertools.count()
 
 CPU_HARDWARE = {
@@ -30,8 +28,10 @@ def frame(kind: str, **fields: Any) -> str:
 
 
 def hello_fields(token: str, node_id: str, **overrides: Any) -> dict[str, Any]:
+    """A hello of protocol 1 unless ``protocol_versions`` says otherwise: the tests' sessions ask
+    for each lease and draw themselves."""
     fields = {
-        "protocol_versions": [PROTOCOL_VERSION],
+        "protocol_versions": [1],
         "token": token,
         "node_id": node_id,
         "client_version": "test",

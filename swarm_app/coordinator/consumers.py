@@ -15,7 +15,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
 from swarm_app.coordinator import groups, leases, pool, sessions, submissions, telemetry
@@ -90,6 +90,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
     node: WorkerNode | None = None
     hello_timer: asyncio.Future | None = None
     labels: tuple[str, str] = ("", "")  # telemetry's campaign and tier: the node's, after hello
+    version = 1  # the protocol version the welcome negotiated
 
     async def connect(self) -> None:
         self.node = None
@@ -182,8 +183,11 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             case protocol.LeaseRequest(round=round):
                 return await db(leases.issue_lease)(node, round)
             case protocol.Submit(submission_id=submission_id, lease_id=lease_id, rollouts=rollouts):
-                ack = await db(submissions.submit)(node, submission_id, lease_id, rollouts)
-                return protocol.SubmitAck(**ack)
+                stored = await db(submissions.submit)(node, submission_id, lease_id, rollouts)
+                ack = protocol.SubmitAck(**stored.ack)
+                if self.version >= 2:  # the round's draw, as its sample_request would have had it
+                    ack.samples = await self._samples(node, stored.external_count())
+                return ack
             case protocol.SampleRequest(count=count):
                 return protocol.Samples(rollouts=await self._samples(node, count))
             case protocol.MetricsReport(round=round, metrics=metrics):
@@ -191,7 +195,10 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
 
                 row = await db(record_node_metrics)(node, round, metrics)
                 POINTS.add(node.campaign_id, point(row))
-                return protocol.MetricsAck(round=round)
+                reply = protocol.MetricsAck(round=round)
+                if self.version >= 2:
+                    reply.next_lease = await self._next_lease(node, round + 1)
+                return reply
             case protocol.Heartbeat():
                 state = await PRESENCE.campaign_state(node.campaign_id)  # no database round trip
                 return protocol.HeartbeatAck(campaign_state=state)
@@ -213,7 +220,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             rate_burst=settings.WORKER_RATE_BURST,
         )
         node, welcome = await db(sessions.hello)(hello, limits)
-        self.node = node
+        self.node, self.version = node, welcome.protocol_version
         self.labels = telemetry.labels(node.campaign_id, node.tier)
         telemetry.CONNECTED.labels(*self.labels).inc()
         if self.hello_timer is not None:
@@ -222,6 +229,15 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         return welcome
+
+    async def _next_lease(self, node: WorkerNode, round: int) -> protocol.Lease | UnsetType:
+        """The lease a lease_request for ``round`` would get, or nothing when it would be an
+        error (the campaign paused or done, the node's rounds done, its token revoked): the
+        worker then asks, and is told why."""
+        try:
+            return await db(leases.issue_lease)(node, round)
+        except ProtocolError:
+            return UNSET
 
     async def _samples(self, node: WorkerNode, count: int) -> list[Any]:
         """Up to ``count`` verified records of other nodes' rollouts (the pool's draw)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from django.db import IntegrityError, transaction
@@ -45,6 +45,7 @@ from worker.shared.protocol import ErrorCode, ProtocolError
 from worker.shared.questions import QuestionRef, TaskMix, canonical_json, dataset_for, entry, question
 from worker.shared.rewards import RewardConfig, extract_answer
 from worker.shared.rollout import Rollout
+from worker.shared.sampling import batch_request, qualifies_rewards
 
 REWARD_TOLERANCE = 1e-6
 
@@ -249,7 +250,33 @@ def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: 
     return ProtocolError(code, message)
 
 
-def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> dict[str, Any]:
+class Submitted(NamedTuple):
+    """A stored submission: its ack (what a replay is answered), its round and its campaign's
+    settings."""
+
+    ack: dict[str, Any]
+    round: int
+    config: CampaignConfig
+
+    def external_count(self) -> int:
+        """J_r: the external groups this round's batch asks for under the campaign's batch rule
+        (worker/shared/sampling.batch_request), the own groups being the verified ones."""
+        config = self.config
+        qualifying = sum(
+            qualifies_rewards(rewards, config.local_strategy) for rewards in self.ack["verified_rewards"]
+        )
+        return batch_request(
+            config.batch_rule,
+            config.num_local,
+            config.num_external,
+            config.questions_per_round,
+            self.round,
+            qualifying,
+            config.decay_rounds,
+        )[1]
+
+
+def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
     if not submission_id:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'submission_id': must not be empty")
     found = _find_leases(node, submission_id, lease_id)
@@ -355,4 +382,4 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         if locked.state == Lease.State.SUBMITTED:
             raise _duplicate(locked.submission_id, locked.ack)
         raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
-    return ack
+    return Submitted(ack, lease.round, config)

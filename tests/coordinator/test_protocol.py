@@ -12,13 +12,22 @@ from datetime import timedelta
 
 import pytest
 import websockets
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token, revoke
-from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, run, stored_state
+from tests.coordinator.helpers import (
+    G,
+    connected,
+    expect_error,
+    honest_rollouts,
+    run,
+    stored_state,
+    submit_round,
+)
 from tests.wsclient import RawSession, frame
 from worker.shared.advantages import group_advantages
 from worker.shared.protocol import MAX_MESSAGE_BYTES
@@ -328,6 +337,44 @@ def test_version_negotiation_and_tier_assignment(ready, campaign):
     welcome = run(hello(node_id="node-ok"))
     assert welcome["protocol_version"] == 1
     assert json.loads(json.dumps(welcome["campaign"]["config"]))["group_size"] == G
+
+
+def test_protocol_2_answers_the_draw_with_the_submit_and_the_next_lease_with_the_metrics(ready, campaign):
+    """A worker offering protocol 2 gets it: its submit_ack carries the round's draw of the other
+    node's rollouts (J_r = J = 2 here) and its metrics_ack the next round's lease, held for it
+    (a lease_request gets the same lease); none while the campaign is paused. A protocol-1
+    session of the same campaign gets neither."""
+    mix = ready["mix"]
+
+    async def scenario():
+        old = await connected(ready, "node-b")  # protocol 1 (tests/wsclient.py's default)
+        shared = await submit_round(old, "node-b", mix)
+        assert shared["type"] == "submit_ack" and "samples" not in shared
+        reported = await old.request("metrics", round=0, metrics={"loss": 0.5})
+        assert reported == {"type": "metrics_ack", "reply_to": reported["reply_to"], "round": 0}
+
+        new = await RawSession.open(ready["url"])
+        welcome = await new.hello(ready["token"], "node-a", protocol_versions=[1, 2])
+        assert welcome["protocol_version"] == 2
+        ack = await submit_round(new, "node-a", mix)
+        assert ack["type"] == "submit_ack", ack
+        drawn = ack["samples"]
+        assert len(drawn) == 2 and {r["agent_id"] for r in drawn} == {"node-b"}
+        assert {r["rollout_id"] for r in drawn} <= set(shared["rollout_ids"])
+        reported = await new.request("metrics", round=0, metrics={"loss": 0.5})
+        held = reported["next_lease"]
+        assert reported["type"] == "metrics_ack" and held["round"] == 1 and len(held["questions"]) == 2
+        asked = await new.request("lease_request", round=1)
+        assert asked["lease_id"] == held["lease_id"]
+        await submit_round(new, "node-a", mix, round=1)
+
+        await sync_to_async(Campaign.objects.filter(pk=campaign.pk).update)(state=Campaign.State.PAUSED)
+        paused = await new.request("metrics", round=1, metrics={"loss": 0.5})
+        assert paused["type"] == "metrics_ack" and "next_lease" not in paused
+        await old.close()
+        await new.close()
+
+    run(scenario())
 
 
 def test_concurrent_submissions_of_one_lease_store_it_once(ready, campaign):

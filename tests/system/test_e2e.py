@@ -5,8 +5,10 @@ coordinator restarted mid-campaign, a worker restarted."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,16 @@ def wait_all(procs: list, logs: list[Path], timeout: float = WORKER_TIMEOUT) -> 
         assert proc.returncode == 0, log.read_text()[-4000:]
 
 
+def requests_answered(url: str) -> dict[str, int]:
+    """The requests the coordinator answered, by type, from its /metrics (the ack histogram's
+    counts, every campaign and tier together)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    counts: dict[str, int] = {}
+    for match in re.finditer(r'^swarm_ack_seconds_count\{[^}]*request="(\w+)"[^}]*\} (\S+)$', text, re.M):
+        counts[match[1]] = counts.get(match[1], 0) + int(float(match[2]))
+    return counts
+
+
 def assert_pool_verified(campaign: Campaign) -> None:
     mix = campaign.settings.mix
     for row in PoolRollout.objects.filter(campaign=campaign):
@@ -58,7 +70,11 @@ def test_three_workers_share_and_train(tiny_1m_dir, transactional_db, tmp_path):
             worker_process(url, token, tmp_path / f"w{i}", logs[i], "--max-rounds", "5") for i in range(3)
         ]
         wait_all(procs, logs)
+        asked = requests_answered(url)
 
+    # Protocol 2: after each node's first lease, leases came with the metrics' answers and the
+    # draws with the submits' answers (the server's own count of what it answered).
+    assert asked == {"lease_request": 3, "submit": 15, "metrics": 15}, asked
     nodes = list(WorkerNode.objects.filter(campaign=campaign))
     assert len(nodes) == 3
     assert all(n.round == 5 for n in nodes), [(n.node_id, n.round) for n in nodes]

@@ -4,4 +4,5 @@ import sys
 
 from worker.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported as a module (every module is, in tests/test_foundation.py)
+    sys.exit(main())

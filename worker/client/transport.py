@@ -8,6 +8,12 @@ submit carries a ``submission_id`` chosen once per lease and reused on every ret
 of an accepted submission is answered ``duplicate_submission`` with the original ack, which
 counts as success; metrics and releases are idempotent.
 
+With protocol 2 (worker/shared/protocol.py) a round is two requests: the submit's answer
+carries the round's draw of other nodes' rollouts, kept for :meth:`sample_external`, and the
+metrics' answer the next round's lease, kept for :meth:`lease` (and given back by
+:meth:`release_active` like any held lease). Either one missing (a replayed submission, a
+paused campaign) means the request is sent as in protocol 1.
+
 A lease request waits while the campaign is paused or pending, and ends the run
 (:class:`~worker.client.errors.CampaignFinished`) once the campaign is over or the round is past
 its rounds. External samples and metrics are optional for a round: an error is logged and the
@@ -59,6 +65,9 @@ class WebsocketTransport(Connection):
         super().__init__(url, hello, **options)
         self.active_lease: Lease | None = None  # leased and not yet submitted
         self._submission_ids: dict[str, str] = {}  # lease_id -> submission_id, reused on retries
+        # protocol 2: the next round's lease (from a metrics_ack) and a round's draw (submit_ack)
+        self._next_lease: Lease | None = None
+        self._drawn: dict[int, list[Rollout]] = {}
 
     # --- the Transport protocol (main thread) --------------------------------------------------
 
@@ -68,12 +77,19 @@ class WebsocketTransport(Connection):
         Raises :class:`CampaignFinished` when the campaign ended or ``round`` is past its rounds,
         :class:`RoundSubmitted` when this node already submitted ``round``.
         """
+        held, self._next_lease = self._next_lease, None
+        if held is not None and held.round == round and self.campaign_state == RUNNING:
+            return held  # the metrics' answer carried it (protocol 2); it is the active lease
         try:
             message = self._call(self._lease(round))
         except RequestError as error:
             if error.code == ErrorCode.ROUND_SUBMITTED:
                 raise RoundSubmitted(round, error.data) from None
             raise
+        return self._hold(message, round, count)
+
+    def _hold(self, message: protocol.Lease, round: int, count: int) -> Lease:
+        """``message``, the lease of ``round``, as the engine's lease, now the active one."""
         if message.round != round:
             raise RequestError(
                 ErrorCode.INVALID_MESSAGE, f"asked for round {round}, got a lease for {message.round}"
@@ -100,6 +116,8 @@ class WebsocketTransport(Connection):
         except RequestError as error:
             ack = self._submit_error(lease, error)
         verified = self._apply_ack(lease, rollouts, ack)
+        if ack.samples is not msgspec.UNSET:
+            self._drawn = {lease.round: ack.samples}
         self._forget(lease)
         return verified
 
@@ -107,6 +125,9 @@ class WebsocketTransport(Connection):
         """Up to ``count`` verified rollouts of other nodes; the coordinator applies the campaign's
         strategy. Optional for the round: an error is logged and answered with none."""
         count = max(0, min(count, protocol.MAX_ROLLOUTS_PER_MESSAGE))
+        drawn = self._drawn.pop(round, None)
+        if drawn is not None:  # the submit's answer carried the round's draw (protocol 2)
+            return [r for r in drawn if r.agent_id != agent_id][:count]
         if count == 0:
             return []
         try:
@@ -123,9 +144,13 @@ class WebsocketTransport(Connection):
             self.update_hello(generation_tokens_per_second=float(speed))
         try:
             report = protocol.MetricsReport(round=round, metrics=protocol.clean_metrics(metrics))
-            self._call(self._request(report))
+            reply = self._call(self._request(report))
         except (RequestError, CampaignFinished) as error:
             log.warning("round %d: metrics not recorded (%s)", round, error)
+            return
+        if reply.next_lease is not msgspec.UNSET:  # protocol 2: the next round's lease, held
+            next_lease = reply.next_lease
+            self._next_lease = self._hold(next_lease, next_lease.round, len(next_lease.questions))
 
     def release_active(self, timeout: float = 5.0) -> bool:
         """Give the active lease back (the worker is stopping); one quick try, never raises."""

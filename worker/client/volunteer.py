@@ -487,6 +487,7 @@ class _NodeRun:
         if self.max_rounds is not None and self.result.rounds_run >= self.max_rounds:
             self.result.reason = "max_rounds"
             self.result.message = f"ran {self.result.rounds_run} rounds (--max-rounds)"
+            transport.release_active()  # the next round's lease, if the metrics' answer held one
             return
         if transport.campaign_state in FINISHED_STATES:
             self.result.reason = f"campaign_{transport.campaign_state}"

@@ -40,3 +40,9 @@ def reward_std(rewards: list[float]) -> float:
         return 0.0
     mean = sum(rewards) / len(rewards)
     return math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+
+
+def zero_advantage(rewards: list[float]) -> bool:
+    """True when all G rewards are equal (or there are none): the group carries no GRPO
+    learning signal (every advantage is 0)."""
+    return max(rewards) - min(rewards) <= 1e-9 if rewards else True

@@ -13,6 +13,13 @@ Replies carry ``"reply_to": <the request's id>``. Errors are ``{"type": "error",
 
 Version negotiation: the worker's hello lists the protocol versions it speaks; the coordinator
 answers with the highest one both support, or an ``unsupported_version`` error.
+
+Version 2 (issue #31) folds a round's two other requests into the answers it already waits for:
+the ``submit_ack`` carries the pool's draw for the round (``samples``: what a ``sample_request``
+for the campaign's J_r would answer) and the ``metrics_ack`` the lease of the next round
+(``next_lease``: what a ``lease_request`` would answer, held for the node). A round is then two
+requests (submit, metrics) instead of four. Every version-1 request stays valid in version 2
+(a worker may still ask for a lease or a draw), and a version-1 worker gets version-1 answers.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ from worker.shared.questions import QuestionRef
 from worker.shared.rollout import Rollout
 from worker.shared.tiers import ModelSpec
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+PROTOCOL_VERSION = 2  # the newest; SUPPORTED_VERSIONS are those both sides still speak
+SUPPORTED_VERSIONS = (1, 2)
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # a submission of 64 groups x 8 long completions fits
 MAX_ROLLOUTS_PER_MESSAGE = 64
 MAX_METRIC_KEYS = 100
@@ -282,6 +289,16 @@ class SubmitAck(_Message, tag="submit_ack"):
     lease_id: RequestId
     verified_rewards: Annotated[list[list[float]], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
     rollout_ids: Annotated[list[ShortText], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
+    samples: (
+        Annotated[
+            Rollouts,
+            Meta(
+                description="protocol 2: other nodes' verified rollouts for this round's training, "
+                "J_r of the campaign's batch rule (absent on a replayed submission)"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class Samples(_Message, tag="samples"):
@@ -294,6 +311,16 @@ class MetricsAck(_Message, tag="metrics_ack"):
     """Metrics stored."""
 
     round: Annotated[int, Meta(ge=0)]
+    next_lease: (
+        Annotated[
+            Lease,
+            Meta(
+                description="protocol 2: the next round's lease, held for this node (absent when the "
+                "campaign is not running or the rounds are done: ask with lease_request)"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class HeartbeatAck(_Message, tag="heartbeat_ack"):

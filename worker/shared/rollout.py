@@ -23,6 +23,7 @@ import msgspec
 from msgspec import Meta
 
 from worker.shared import validation
+from worker.shared.advantages import zero_advantage
 from worker.shared.questions import QuestionRef
 
 # The newest record layout this code reads and writes. Version 2 adds the optional ``behaviour``;
@@ -125,7 +126,7 @@ class Rollout(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     @property
     def zero_advantage(self) -> bool:
         """True when all G rewards are equal: the group carries no GRPO learning signal."""
-        return max(self.rewards) - min(self.rewards) <= 1e-9 if self.rewards else True
+        return zero_advantage(self.rewards)
 
     @property
     def mean_reward(self) -> float:

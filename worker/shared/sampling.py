@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from worker.shared.advantages import zero_advantage
+
 if TYPE_CHECKING:  # annotations only: the learner imports this module without msgspec (bench/gpu_check.py)
     from worker.shared.rollout import Rollout
 
@@ -49,10 +51,16 @@ def check_strategy(strategy: str) -> str:
 
 
 def qualifies(rollout: Rollout, strategy: str) -> bool:
+    return qualifies_rewards(rollout.rewards, strategy)
+
+
+def qualifies_rewards(rewards: list[float], strategy: str) -> bool:
+    """Whether ``strategy`` takes a group with these rewards: ``uniform`` takes every group,
+    ``nonzero_advantage`` those whose rewards are not all equal (Rollout.zero_advantage)."""
     if strategy == "uniform":
         return True
     if strategy == "nonzero_advantage":
-        return not rollout.zero_advantage
+        return not zero_advantage(rewards)
     raise ValueError(f"unknown sampling strategy {strategy!r}")
 
 
