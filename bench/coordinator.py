@@ -489,11 +489,11 @@ def floor() -> float:
     """Milliseconds of server CPU one round needs at least (module docstring, part 4)."""
     from django.db import connection
 
-    from swarm_app.coordinator.submissions import pool_record, verified_rewards
+    from swarm_app.coordinator.submissions import pool_record
     from worker.shared import protocol
     from worker.shared.campaign import CampaignConfig
     from worker.shared.questions import question, ref_at
-    from worker.shared.rewards import RewardConfig
+    from worker.shared.rewards import RewardConfig, rewards
 
     config = CampaignConfig(group_size=G, questions_per_round=QUESTIONS).validate()
     mix = config.mix
@@ -512,7 +512,7 @@ def floor() -> float:
     cpu_ms = {
         "parse and validate": median_ms(lambda: protocol.parse(raw, "worker")),
         "re-score 64 completions": median_ms(
-            lambda: [verified_rewards(mix, r.ref, r.completions, reward_config) for r in rollouts]
+            lambda: [rewards(mix, r.ref, r.completions, reward_config) for r in rollouts]
         ),
         "pool records as JSON": median_ms(lambda: json.dumps([pool_record(r) for r in rollouts])),
     }

@@ -42,8 +42,8 @@ from swarm_app.coordinator.sql import bump
 from worker.shared.advantages import group_advantages
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
-from worker.shared.questions import QuestionRef, TaskMix, canonical_json, dataset_for, entry, question
-from worker.shared.rewards import RewardConfig, extract_answer
+from worker.shared.questions import QuestionRef, question
+from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
 from worker.shared.sampling import batch_request, qualifies_rewards
 
@@ -54,27 +54,6 @@ def _same_metadata(sent: Any, recorded: Any) -> bool:
     """Equal as JSON: tuples in reasoning-gym metadata arrive as lists (compared after a JSON
     round trip when the plain comparison fails)."""
     return sent == recorded or json.loads(json.dumps(sent)) == json.loads(json.dumps(recorded))
-
-
-def verified_rewards(
-    mix: TaskMix, ref: QuestionRef, completions: list[str], config: RewardConfig
-) -> list[float]:
-    """The rewards of ``completions`` by the task's own verifier: ``worker.shared.rewards.rewards``.
-
-    Same formula (reasoning-gym's ``score_answer`` on the extracted answer, plus the format
-    weight when answer tags are present), but the dataset and the entry are looked up once per
-    question instead of once per completion. tests/coordinator/test_protocol.py checks that
-    the two agree.
-    """
-    spec = mix.spec(ref.task)
-    dataset = dataset_for(spec.name, canonical_json(spec.config), ref.seed)
-    item = entry(mix, ref)
-    out = []
-    for completion in completions:
-        answer = extract_answer(completion)
-        task_score = float(dataset.score_answer(answer, item))
-        out.append(task_score + config.format_weight * (1.0 if answer is not None else 0.0))
-    return out
 
 
 def pool_record(rollout: Rollout) -> dict[str, Any]:
@@ -344,7 +323,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
                 ErrorCode.GROUND_TRUTH_MISMATCH,
                 f"rollouts[{i}]: question or answer differs from the record",
             )
-        true_rewards = verified_rewards(mix, rollout.ref, rollout.completions, reward_config)
+        true_rewards = rewards(mix, rollout.ref, rollout.completions, reward_config)
         for g, (claimed, true) in enumerate(zip(rollout.rewards, true_rewards, strict=True)):
             if abs(claimed - true) > REWARD_TOLERANCE:
                 raise _reject(

@@ -428,11 +428,11 @@ def test_concurrent_first_hellos_of_one_node_register_it_once(ready, campaign):
     assert WorkerNode.objects.filter(campaign=campaign, node_id="node-fresh").count() == 1
 
 
-def test_coordinator_scoring_and_records_match_the_worker_definitions():
-    """The coordinator's faster re-scoring and pool records equal worker.shared.rewards and to_json."""
-    from swarm_app.coordinator.submissions import pool_record, verified_rewards
+def test_coordinator_pool_records_match_the_worker_definition():
+    """The coordinator's faster pool records equal Rollout.to_json (the scoring is one function,
+    worker.shared.rewards.rewards, on both sides)."""
+    from swarm_app.coordinator.submissions import pool_record
     from worker.shared.questions import TaskSpec, preset, question, ref_at
-    from worker.shared.rewards import RewardConfig
     from worker.shared.rollout import Behaviour
 
     mixes = [preset("cpu"), TaskMix((TaskSpec("basic_arithmetic"), TaskSpec("propositional_logic")))]
@@ -448,11 +448,6 @@ def test_coordinator_scoring_and_records_match_the_worker_definitions():
                 "no tags at all",
                 "<answer></answer>",
             ]
-            for weight in (0.0, 0.25):
-                config = RewardConfig(weight)
-                assert verified_rewards(mix, ref, completions, config) == rewards(
-                    mix, ref, completions, config
-                )
             rollout = Rollout(
                 ref=ref,
                 question=q.question,

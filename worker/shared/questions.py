@@ -401,12 +401,14 @@ def question(mix: TaskMix, ref: QuestionRef) -> Question:
     return Question(ref, item["question"], answer, item["metadata"])
 
 
-def score_answer(mix: TaskMix, ref: QuestionRef, answer: str | None) -> float:
-    """The task's own verifier: reasoning-gym's ``score_answer`` for the entry behind ``ref``."""
+def answer_scorer(mix: TaskMix, ref: QuestionRef) -> collections.abc.Callable[[str | None], float]:
+    """The task's own verifier for the entry behind ``ref``: reasoning-gym's ``score_answer``,
+    with the dataset and the entry looked up once (a group's G completions share them)."""
     spec = mix.spec(ref.task)
     config_json = canonical_json(spec.config)
     item = _entry(spec.name, config_json, ref.seed, ref.index)
-    return float(dataset_for(spec.name, config_json, ref.seed).score_answer(answer, item))
+    dataset = dataset_for(spec.name, config_json, ref.seed)
+    return lambda answer: float(dataset.score_answer(answer, item))
 
 
 def ref_at(mix: TaskMix, seed: int, position: int) -> QuestionRef:

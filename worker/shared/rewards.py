@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from reasoning_gym.utils import extract_answer as rg_extract_answer
 
-from worker.shared.questions import QuestionRef, TaskMix, score_answer
+from worker.shared.questions import QuestionRef, TaskMix, answer_scorer
 
 
 def extract_answer(completion: str) -> str | None:
@@ -29,14 +29,18 @@ class RewardConfig:
         return {"format_weight": self.format_weight}
 
 
-def reward(mix: TaskMix, ref: QuestionRef, completion: str, config: RewardConfig = RewardConfig()) -> float:
-    answer = extract_answer(completion)
-    task_score = score_answer(mix, ref, answer)
-    format_score = 1.0 if answer is not None else 0.0
-    return task_score + config.format_weight * format_score
-
-
 def rewards(
     mix: TaskMix, ref: QuestionRef, completions: list[str], config: RewardConfig = RewardConfig()
 ) -> list[float]:
-    return [reward(mix, ref, completion, config) for completion in completions]
+    """The rewards of a group's completions: the one verification, used by the agent (its claim)
+    and the coordinator (the verified rewards it stores and trains others on)."""
+    score = answer_scorer(mix, ref)
+    out = []
+    for completion in completions:
+        answer = extract_answer(completion)
+        out.append(score(answer) + config.format_weight * (1.0 if answer is not None else 0.0))
+    return out
+
+
+def reward(mix: TaskMix, ref: QuestionRef, completion: str, config: RewardConfig = RewardConfig()) -> float:
+    return rewards(mix, ref, [completion], config)[0]
