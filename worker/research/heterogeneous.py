@@ -41,7 +41,6 @@ Results (``docs/experiments/heterogeneous-cpu.json``)::
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import tempfile
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.research.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
-from worker.research.study_runner import model_build, run_cells, versions
+from worker.research.study_runner import model_build, resume, run_cells, versions
 from worker.shared.files import write_json_atomic
 
 DESIGN = "heterogeneous"
@@ -146,17 +145,8 @@ class HeterogeneousConfig:
 
 def _open(out: Path, config: HeterogeneousConfig) -> dict[str, Any]:
     settings = config.settings()
-    if out.exists():
-        results = json.loads(out.read_text())
-        old = {key: results["config"].get(key) for key in settings}
-        if old != settings:
-            differ = sorted(key for key in settings if old[key] != settings[key])
-            raise StudyError(
-                f"{out} holds a heterogeneous study with other settings ({', '.join(differ)}); "
-                "use another --out or remove it to start over"
-            )
-        cfg = results["config"]
-        cfg["seeds"] = cfg["seeds"] + [s for s in config.seeds if s not in cfg["seeds"]]
+    results = resume(out, settings, config.seeds)
+    if results is not None:
         return results
     from worker.research.simulate import pool_windows
 

@@ -234,21 +234,31 @@ def _rebuild_arms(results: dict[str, Any]) -> None:
     }
 
 
+def resume(out: Path, settings: dict[str, Any], seeds: list[int]) -> dict[str, Any] | None:
+    """The results file at ``out`` to go on with (None: there is none), its seeds extended by
+    ``seeds``; raises :class:`StudyError` when it holds a study of other ``settings``. Seeds
+    (and a study's arms) only grow: a rerun with more extends the study, never drops cells."""
+    if not out.exists():
+        return None
+    results = json.loads(out.read_text())
+    old = {key: results["config"].get(key) for key in settings}
+    if old != settings:
+        differ = sorted(key for key in settings if old[key] != settings[key])
+        raise StudyError(
+            f"{out} holds a study with other settings ({', '.join(differ)}); "
+            "use another --out or remove it to start over"
+        )
+    cfg = results["config"]
+    cfg["seeds"] = cfg["seeds"] + [s for s in seeds if s not in cfg["seeds"]]
+    return results
+
+
 def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
     """The results so far: the file at ``out`` if its settings match, else a new skeleton."""
     settings = config.settings()
-    if out.exists():
-        results = json.loads(out.read_text())
-        old = {key: results["config"].get(key) for key in settings}
-        if old != settings:
-            differ = sorted(key for key in settings if old[key] != settings[key])
-            raise StudyError(
-                f"{out} holds a study with other settings ({', '.join(differ)}); "
-                "use another --out or remove it to start over"
-            )
+    results = resume(out, settings, config.seeds)
+    if results is not None:
         cfg = results["config"]
-        # Seeds and arms only grow: a rerun with more seeds extends the study, never drops cells.
-        cfg["seeds"] = cfg["seeds"] + [s for s in config.seeds if s not in cfg["seeds"]]
         cfg["arms"] = order_arms([*cfg["arms"], *config.arms])
         for name in cfg["arms"]:
             results["curves"].setdefault(name, {})
