@@ -92,9 +92,9 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
         proc.wait(timeout=5)
 
 
-@contextmanager
-def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator[str]:
-    """Start daphne on a loopback port (a free one by default); yield its base URL."""
+def start_asgi(log_path: Path, port: int | None = None, **env: str) -> tuple[subprocess.Popen, str]:
+    """Start daphne on a loopback port (a free one by default) and wait until it answers; returns
+    the process (the caller stops it) and its base URL."""
     port = port or free_port()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -108,6 +108,17 @@ def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{base}/healthz", proc=proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, base
+
+
+@contextmanager
+def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator[str]:
+    """Start daphne on a loopback port (a free one by default); yield its base URL."""
+    proc, base = start_asgi(log_path, port, **env)
+    try:
         yield base
     finally:
         stop(proc)

@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.coordinator.helpers import run, submit_round
-from tests.servers import ROOT, daphne_command, free_port, server_env, stop, wait_http
+from tests.servers import ROOT, start_asgi, stop
 from tests.wsclient import RawSession
 
 TOKEN = "scrape-token-for-tests-only-0123456789abcdef"
@@ -45,27 +42,11 @@ def value(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def start_server(log: Path, **env: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            daphne_command(sys.executable, port),
-            cwd=ROOT,
-            env=server_env(**env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    wait_http(f"{base}/healthz", proc=proc)
-    return proc, base
-
-
 def test_a_scrape_of_either_server_sees_both_and_follows_nodes_and_acks(campaign, token, tmp_path):
     shared = tmp_path / "prometheus"
     env = {"PROMETHEUS_MULTIPROC_DIR": str(shared), "METRICS_TOKEN": TOKEN}
-    first, base = start_server(tmp_path / "daphne-1.log", **env)
-    second, other = start_server(tmp_path / "daphne-2.log", **env)
+    first, base = start_asgi(tmp_path / "daphne-1.log", **env)
+    second, other = start_asgi(tmp_path / "daphne-2.log", **env)
     mix = campaign.settings.mix
     c = str(campaign.pk)
 
