@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from swarm_app.campaigns import dashboard, run_info
+from swarm_app.campaigns import dashboard, run_info, status_tables
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
@@ -56,7 +56,7 @@ def agent_json(request: HttpRequest, pk: int) -> JsonResponse:
 
 @require_GET
 def status_json(request: HttpRequest) -> JsonResponse:
-    rows, totals = dashboard.status_rows(list(visible_campaigns(request.user)[:200]))
+    rows, totals = status_tables.status_rows(list(visible_campaigns(request.user)[:200]))
     return JsonResponse({"campaigns": rows, "totals": totals})
 
 

@@ -22,7 +22,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info
+from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info, series, status_tables
 from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
 from swarm_app.campaigns.models import Campaign
 from swarm_app.campaigns.rollups import refresh_rollups
@@ -65,7 +65,7 @@ def get_visible(request: HttpRequest, pk: int) -> Campaign:
 
 def status(request: HttpRequest) -> HttpResponse:
     """The home page: campaigns, live worker counts and totals."""
-    rows, totals = dashboard.status_rows(list(visible_campaigns(request.user)[:200]))
+    rows, totals = status_tables.status_rows(list(visible_campaigns(request.user)[:200]))
     return render(
         request,
         "core/home.html",
@@ -98,7 +98,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "is_staff": request.user.is_staff,
             "actions": list(lifecycle.ACTIONS),
             "allowed_actions": lifecycle.allowed_actions(campaign.state),
-            "band": dashboard.BAND,
+            "band": series.BAND,
             "agents": dashboard.agent_choices(campaign),
             "page_config": {
                 "id": campaign.pk,

@@ -10,6 +10,16 @@ from django.test import Client
 User = get_user_model()
 
 
+@pytest.fixture(autouse=True)
+def fresh_tables_cache():
+    """dashboard.cached_tables keeps a campaign's tables for 2 s by its id; a test database
+    rolled back hands the next test's campaign the same id, which would read the previous
+    test's tables (test_run_page after test_dashboard did)."""
+    from swarm_app.campaigns import dashboard
+
+    dashboard._tables_cache.clear()
+
+
 @pytest.fixture
 def staff(db) -> Client:
     user = User.objects.create_user("organizer", password="pw-organizer", is_staff=True)

@@ -17,7 +17,7 @@ import websockets
 from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
-from swarm_app.campaigns import dashboard, rollups
+from swarm_app.campaigns import dashboard, estimates, rollups, series, status_tables
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
@@ -95,11 +95,11 @@ def noisy(agent: str, number: int) -> float:
 
 
 def test_gain_and_downsampling_step():
-    assert dashboard.gain_percent(12.0, 10.0) == pytest.approx(20.0)
-    assert dashboard.gain_percent(8.0, 10.0) == pytest.approx(-20.0)
-    assert dashboard.gain_percent(1.0, 0.0) is None and dashboard.gain_percent(None, 1.0) is None
-    assert [dashboard.downsample_step(n) for n in (0, 1, 500, 501, 2000)] == [1, 1, 1, 2, 4]
-    assert [dashboard.interval_note(n) for n in (0, 1, 2)] == ["-", "no interval (1 node)", None]
+    assert series.gain_percent(12.0, 10.0) == pytest.approx(20.0)
+    assert series.gain_percent(8.0, 10.0) == pytest.approx(-20.0)
+    assert series.gain_percent(1.0, 0.0) is None and series.gain_percent(None, 1.0) is None
+    assert [series.downsample_step(n) for n in (0, 1, 500, 501, 2000)] == [1, 1, 1, 2, 4]
+    assert [estimates.interval_note(n) for n in (0, 1, 2)] == ["-", "no interval (1 node)", None]
 
 
 def test_unpaired_ratio_interval():
@@ -224,9 +224,9 @@ def test_series_summary_and_gains_follow_the_definitions(db):
     # One swarm (R = 1): one independent value, no interval; its 4 nodes' spread, labelled.
     swarm_row = summary["arms"]["swarm"]
     assert (swarm_row["agents"], swarm_row["nodes"], swarm_row["low"]) == (1, 4, None)
-    assert swarm_row["note"] == dashboard.ONE_SWARM == "one swarm: no interval"
+    assert swarm_row["note"] == series.ONE_SWARM == "one swarm: no interval"
     spread = swarm_row["spread"]
-    assert spread["low"] < 4.0 < spread["high"] and spread["note"] == dashboard.NODE_SPREAD
+    assert spread["low"] < 4.0 < spread["high"] and spread["note"] == series.NODE_SPREAD
     assert summary["gains"]["isolated"]["note"] == "one swarm: no interval for the gain"
     assert summary["gains"]["isolated"]["low"] is None and summary["gains"]["isolated"]["n"] == [1, 2]
     assert summary["arms"]["isolated"]["low"] == pytest.approx(3.2)  # identical seeds: no spread
@@ -365,7 +365,7 @@ def test_a_control_run_never_reads_running_under_a_paused_or_finished_campaign(d
     for state in ("running", "paused", "stopped", "completed"):
         Campaign.objects.filter(pk=campaign.pk).update(state=state)
         campaign.refresh_from_db()
-        statuses[state] = dashboard.control_rows(campaign)[0]["status"]
+        statuses[state] = status_tables.control_rows(campaign)[0]["status"]
     assert statuses == {
         "running": "running",
         "paused": "waiting (campaign paused)",
@@ -400,9 +400,7 @@ def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     # Gain vs isolated: point from the cumulative rewards, interval from the agents' means.
     gain = gains["isolated"]
     assert gain["value"] == pytest.approx((0.56 / 0.4 - 1) * 100) == tier["gain_vs_isolated"]
-    expected = stats.ratio_interval(
-        list(swarm.values()), list(isolated.values()), dashboard.BOOTSTRAP_RESAMPLES
-    )
+    expected = stats.ratio_interval(list(swarm.values()), list(isolated.values()), series.BOOTSTRAP_RESAMPLES)
     assert (gain["low"], gain["high"]) == pytest.approx((expected[0] * 100, expected[1] * 100))
     assert gain["low"] < gain["value"] < gain["high"] and gain["n"] == [4, 3] and gain["note"] is None
     # Gain vs the single filtered seed: the point value, no interval, and the words.
@@ -447,7 +445,7 @@ def test_the_external_share_is_shown_per_tier_with_its_interval_and_n(db):
     assert small["round"] == 1 and small["agents"] == 4 and small["note"] is None
     assert small["share"] == pytest.approx(12 / 32)
     assert small["low"] < small["share"] < small["high"]
-    expected = stats.paired_ratio_interval([0, 2, 4, 6], [8] * 4, dashboard.BOOTSTRAP_RESAMPLES)
+    expected = stats.paired_ratio_interval([0, 2, 4, 6], [8] * 4, series.BOOTSTRAP_RESAMPLES)
     assert (small["low"], small["high"]) == pytest.approx((expected[0] + 1, expected[1] + 1))
     assert large["share"] == large["low"] == large["high"] == pytest.approx(1 / 8) and large["agents"] == 3
     assert pool["series"]["tiny-1m"]["external"] == pytest.approx([0.0, 12 / 32])
@@ -671,12 +669,12 @@ def test_cached_tables_never_serve_a_stale_campaign_state(db):
 
 
 def test_worker_status_says_finished_for_a_node_that_reached_the_rounds_and_left():
-    assert dashboard.worker_status("healthy", False, 60, 60) == "finished"
-    assert dashboard.worker_status("offline", False, 61, 60) == "finished"
-    assert dashboard.worker_status("healthy", False, 12, 60) == "healthy (disconnected)"
-    assert dashboard.worker_status("healthy", True, 60, 60) == "healthy"
-    assert dashboard.worker_status("banned", False, 60, 60) == "banned"
-    assert dashboard.worker_status("offline", False, 3, 60) == "offline"
+    assert status_tables.worker_status("healthy", False, 60, 60) == "finished"
+    assert status_tables.worker_status("offline", False, 61, 60) == "finished"
+    assert status_tables.worker_status("healthy", False, 12, 60) == "healthy (disconnected)"
+    assert status_tables.worker_status("healthy", True, 60, 60) == "healthy"
+    assert status_tables.worker_status("banned", False, 60, 60) == "banned"
+    assert status_tables.worker_status("offline", False, 3, 60) == "offline"
 
 
 def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db):
@@ -768,13 +766,13 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
         ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm=arm, seed=0)
         for arm in ("self", "dyn")
     ]
-    names = {row["arm"]: row["arm_name"] for row in dashboard.control_rows(campaign)}
+    names = {row["arm"]: row["arm_name"] for row in status_tables.control_rows(campaign)}
     assert names == {"self": "4/4-self", "dyn": "8/0-dyn"} and len(runs) == 2
 
 
 def test_windows_are_thirds_of_the_horizon_cut_at_block_edges_once_it_holds_three_blocks():
-    assert dashboard.window_edges(55) == [0, 18, 36, 55]
-    assert dashboard.window_edges(149) == [0, 49, 99, 149]
-    assert dashboard.window_edges(150) == [0, 50, 100, 150]
-    assert dashboard.window_edges(599) == [0, 200, 400, 599]
-    assert dashboard.window_edges(2000) == [0, 650, 1350, 2000]
+    assert estimates.window_edges(55) == [0, 18, 36, 55]
+    assert estimates.window_edges(149) == [0, 49, 99, 149]
+    assert estimates.window_edges(150) == [0, 50, 100, 150]
+    assert estimates.window_edges(599) == [0, 200, 400, 599]
+    assert estimates.window_edges(2000) == [0, 650, 1350, 2000]
