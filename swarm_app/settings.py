@@ -157,6 +157,7 @@ INSTALLED_APPS = [
     "swarm_app.core",
     "swarm_app.campaigns",
     "swarm_app.coordinator",
+    "swarm_app.demo",
 ]
 
 MIDDLEWARE = [

@@ -41,7 +41,7 @@ from swarm_app.celery import app
 app.loader.import_default_modules()
 import swarm_app.campaigns.tasks, swarm_app.coordinator.consumers, swarm_app.campaigns.controls
 from django.core.management import load_command_class
-for name, app_name in (("migrate", "django.core"), ("demo", "swarm_app.core")):
+for name, app_name in (("migrate", "django.core"), ("demo", "swarm_app.demo")):
     load_command_class(app_name, name)
 heavy = ("torch", "transformers", "vllm", "tokenizers")
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
