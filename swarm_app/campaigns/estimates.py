@@ -203,16 +203,15 @@ def summary(campaign: Campaign, grouped: dict, means: AgentMeans | None = None) 
                 arms[arm] = None
                 continue
             values = means.units.get((tier, arm), [])
-            # The point from the values the interval resamples (not from the per-round means).
-            cumulative = h * sum(values) / len(values) if values else 0.0
-            # One unit has no spread to resample: no interval (not a zero-width one).
-            interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
+            # The point from the values the interval resamples (not from the per-round means),
+            # both scaled to H rounds; one unit has no interval (not a zero-width one).
+            unit = estimate(values, arm)
             arms[arm] = {
-                "cumulative": cumulative,
-                "low": interval[0] * h if interval else None,
-                "high": interval[1] * h if interval else None,
-                "agents": len(values),
-                "note": interval_note(len(values), arm),
+                "cumulative": h * unit["mean"] if values else 0.0,
+                "low": unit["low"] * h if unit["low"] is not None else None,
+                "high": unit["high"] * h if unit["high"] is not None else None,
+                "agents": unit["agents"],
+                "note": unit["note"],
                 "reached": reached[tier].get(arm, 0),
             }
             if arm == Arm.SWARM:
