@@ -2,6 +2,7 @@
 
 swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
+swarm-worker export --out DIR       the node's trained model as a Hugging Face model directory
 swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #29), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
 swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
@@ -136,6 +137,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         per_agent = [sum(m["reward"] for m in rounds) for rounds in arm["agents"].values()]
         print(f"{name:>16}: cumulative reward per agent {sum(per_agent) / len(per_agent):.2f}")
     print(f"results: {args.out}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a node's checkpoint as a Hugging Face model directory."""
+    from worker.client.export import ExportError, export_model, find_checkpoint
+
+    try:
+        checkpoint = find_checkpoint(args.data_dir, args.node, args.campaign)
+        card = export_model(checkpoint, args.out)
+    except ExportError as error:
+        print(f"swarm-worker export: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"exported node {card['node']} of campaign {card['campaign']} ({card['tier']}, "
+        f"{card['rounds']} rounds) to {args.out}: AutoModelForCausalLM.from_pretrained({str(args.out)!r})"
+    )
     return 0
 
 
@@ -303,6 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
+
+    export = sub.add_parser(
+        "export", help="write a node's trained model as a Hugging Face model directory (from_pretrained)"
+    )
+    export.add_argument("--data-dir", type=Path, default=default_data_dir(), help="the worker's --data-dir")
+    export.add_argument("--node", type=int, default=0, help="which node of a --nodes process (default 0)")
+    export.add_argument("--campaign", default=None, help="the campaign id (default: the newest checkpoint)")
+    export.add_argument("--out", type=Path, required=True, help="the model directory to write")
+    export.set_defaults(func=cmd_export)
 
     build = sub.add_parser(
         "build-tiny",

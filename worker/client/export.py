@@ -1,0 +1,110 @@
+"""``swarm-worker export``: a node's trained model as a Hugging Face model directory (issue #30).
+
+A worker keeps, per campaign, one checkpoint of its node (worker/engine/checkpoint.py: model,
+optimizer, loop state) in ``<data dir>/checkpoints/campaign-<id>/<node id>.pt``, and the tier
+it trains in its stats file. The export loads the tier's base model the way the worker does
+(worker/engine/policy.py: ``from_pretrained`` on the cached or shipped directory), puts the
+checkpoint's weights in it, and writes what ``AutoModelForCausalLM.from_pretrained(OUT)`` and
+``AutoTokenizer.from_pretrained(OUT)`` read (safetensors weights, config, generation config,
+tokenizer), with a model card (README.md) naming the campaign, the node, the tier and the
+rounds trained. The weights are the optimizer's fp32 master weights, exactly the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.client.identity import NODE_FILE, load_stats
+from worker.client.volunteer import node_data_dirs
+from worker.shared.tiers import model_cache_dir, tier
+
+
+class ExportError(RuntimeError):
+    """Nothing to export as asked (no worker ran there, no checkpoint, an unknown campaign)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    campaign_id: str
+    node_id: str
+    tier: str
+
+
+def find_checkpoint(data_dir: Path, node: int = 0, campaign_id: str | None = None) -> Checkpoint:
+    """Node ``node``'s checkpoint under ``data_dir`` (``--nodes`` layout), for ``campaign_id``
+    or else the most recently written one."""
+    if node < 0:
+        raise ExportError("--node must be 0 or more")
+    node_dir = node_data_dirs(Path(data_dir), node + 1)[node]
+    identity = node_dir / NODE_FILE
+    if not identity.exists():
+        raise ExportError(f"no worker has run with the data directory {node_dir} (no {NODE_FILE})")
+    node_id = json.loads(identity.read_text(encoding="utf-8"))["node_id"]
+    tier_name = load_stats(node_dir).get("tier")
+    if not isinstance(tier_name, str):
+        raise ExportError(f"{node_dir} records no tier: the worker never loaded a model there")
+    pattern = f"campaign-{campaign_id}" if campaign_id is not None else "campaign-*"
+    found = sorted(
+        (node_dir / "checkpoints").glob(f"{pattern}/{node_id}.pt"), key=lambda p: p.stat().st_mtime
+    )
+    if not found:
+        which = f"campaign {campaign_id}" if campaign_id is not None else "any campaign"
+        raise ExportError(f"node {node_id} has no checkpoint for {which} in {node_dir / 'checkpoints'}")
+    path = found[-1]
+    return Checkpoint(path, path.parent.name.removeprefix("campaign-"), node_id, tier_name)
+
+
+def export_model(checkpoint: Checkpoint, out: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Write ``checkpoint``'s model to ``out`` as a Hugging Face model directory; returns what
+    the model card says (campaign, node, tier, base model, rounds, tokens trained on)."""
+    import torch
+
+    from worker.engine.policy import load_policy
+
+    spec = tier(checkpoint.tier)
+    model, tokenizer = load_policy(spec, cache_dir or model_cache_dir(), log=lambda message: None)
+    payload = torch.load(checkpoint.path, map_location="cpu", weights_only=False)
+    model.load_state_dict(payload["model"])
+    state = payload["state"]
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    card = {
+        "campaign": checkpoint.campaign_id,
+        "node": checkpoint.node_id,
+        "tier": spec.name,
+        "base_model": spec.source,
+        "rounds": int(state["round"]),
+        "tokens_trained_on": int(state.get("tokens_seen", 0)),
+    }
+    (out / "README.md").write_text(model_card(card), encoding="utf-8")
+    return card
+
+
+def model_card(card: dict[str, Any]) -> str:
+    return f"""---
+library_name: transformers
+tags: [swarm, sapo, grpo, reasoning-gym]
+---
+
+# Swarm node {card["node"]}, campaign {card["campaign"]}
+
+A policy trained with GRPO on reasoning-gym tasks as one node of a Swarm campaign (SAPO: the
+nodes share decoded rollouts through a common pool). Exported by `swarm-worker export` from the
+node's checkpoint: its weights are the checkpoint's (fp32).
+
+| | |
+|---|---|
+| campaign | {card["campaign"]} |
+| node | {card["node"]} |
+| tier | {card["tier"]} (base: `{card["base_model"]}`) |
+| rounds trained | {card["rounds"]} |
+| tokens trained on | {card["tokens_trained_on"]} |
+
+The node's verified rewards per round (re-scored by the coordinator, never the worker's claim)
+are on the campaign's page and in its metrics export.
+"""
