@@ -142,9 +142,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a node's checkpoint as a Hugging Face model directory."""
-    from worker.client.export import ExportError, export_model, find_checkpoint
+    from worker.client.export import ExportError, export_model, find_checkpoint, hub_token, push_to_hub
 
     try:
+        token = hub_token() if args.push_to_hub else None
         checkpoint = find_checkpoint(args.data_dir, args.node, args.campaign)
         card = export_model(checkpoint, args.out)
     except ExportError as error:
@@ -154,6 +155,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"exported node {card['node']} of campaign {card['campaign']} ({card['tier']}, "
         f"{card['rounds']} rounds) to {args.out}: AutoModelForCausalLM.from_pretrained({str(args.out)!r})"
     )
+    if token:
+        print(f"pushed to {push_to_hub(args.out, args.push_to_hub, token)}")
     return 0
 
 
@@ -329,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--node", type=int, default=0, help="which node of a --nodes process (default 0)")
     export.add_argument("--campaign", default=None, help="the campaign id (default: the newest checkpoint)")
     export.add_argument("--out", type=Path, required=True, help="the model directory to write")
+    export.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO",
+        help="then upload it to this Hugging Face model repository (private; needs huggingface-cli login or HF_TOKEN)",
+    )
     export.set_defaults(func=cmd_export)
 
     build = sub.add_parser(

@@ -8,6 +8,8 @@ checkpoint's weights in it, and writes what ``AutoModelForCausalLM.from_pretrain
 ``AutoTokenizer.from_pretrained(OUT)`` read (safetensors weights, config, generation config,
 tokenizer), with a model card (README.md) naming the campaign, the node, the tier and the
 rounds trained. The weights are the optimizer's fp32 master weights, exactly the checkpoint's.
+``--push-to-hub REPO`` then uploads the directory with huggingface_hub, with the credentials
+``huggingface-cli login`` or ``HF_TOKEN`` give (checked before anything is written).
 """
 
 from __future__ import annotations
@@ -108,3 +110,29 @@ node's checkpoint: its weights are the checkpoint's (fp32).
 The node's verified rewards per round (re-scored by the coordinator, never the worker's claim)
 are on the campaign's page and in its metrics export.
 """
+
+
+def hub_token() -> str:
+    """The Hugging Face credentials a push would use; ExportError when there are none (checked
+    before the export, so that a push that cannot happen is said at once)."""
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise ExportError(
+            "no Hugging Face credentials for --push-to-hub: run `huggingface-cli login` or set HF_TOKEN"
+        )
+    return token
+
+
+def push_to_hub(out: Path, repo: str, token: str) -> str:
+    """Upload the model directory ``out`` to the model repository ``repo`` (created if missing,
+    private); returns its URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    url = api.create_repo(repo, repo_type="model", private=True, exist_ok=True)
+    api.upload_folder(
+        folder_path=str(out), repo_id=repo, repo_type="model", commit_message="swarm-worker export"
+    )
+    return str(url)

@@ -71,3 +71,22 @@ def test_export_says_what_is_missing(tmp_path: Path, tiny_1m_dir: Path):
         find_checkpoint(data_dir, campaign_id="9")
     assert find_checkpoint(data_dir).campaign_id == "3"
     assert main(["export", "--data-dir", str(tmp_path / "empty"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_push_without_credentials_is_refused_before_anything_is_written(
+    tmp_path: Path, tiny_1m_dir: Path, monkeypatch, capsys
+):
+    """--push-to-hub checks for Hugging Face credentials first (no network is needed to say so;
+    the upload itself cannot be tested offline: docs say how it runs)."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # no login
+    data_dir = tmp_path / "volunteer"
+    trained_node(data_dir, tiny_1m_dir.parent, campaign_id=1, round=2)
+    out = tmp_path / "model"
+    code = main(
+        ["export", "--data-dir", str(data_dir), "--out", str(out), "--push-to-hub", "someone/swarm-node"]
+    )
+    assert code == 2 and "huggingface-cli login" in capsys.readouterr().err
+    assert not out.exists()
