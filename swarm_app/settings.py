@@ -51,6 +51,9 @@ Environment variables (see platform/.env.example):
                      pool table (swarm_app/coordinator/archive.py; default 300)
     POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
                      window (its node's metrics report reads it; default 3600)
+    SWARM_PUBLIC_URL the coordinator's address as volunteers reach it (http(s)://host[:port]/),
+                     shown in the join line of the token pages (default unset: the address the
+                     organizer is browsing, with a warning)
     PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
                      missing) where every process of the host keeps its counts, so that a scrape of
                      any of them reports all; one per host (PID namespace), set before the processes
@@ -139,7 +142,24 @@ def _secret_key() -> str:
     return key_file.read_text().strip()
 
 
+def public_url(value: str) -> str:
+    """SWARM_PUBLIC_URL, checked: an http(s) address with a host and no query, as "<origin>/"
+    ("" when unset). A volunteer's join line is built from it, never from a request's Host."""
+    from urllib.parse import urlsplit
+
+    value = value.strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ImproperlyConfigured(
+            f"SWARM_PUBLIC_URL={value!r}: expected the coordinator's public address, e.g. https://swarm.example/"
+        )
+    return value.rstrip("/") + "/"
+
+
 SECRET_KEY = _secret_key()
+SWARM_PUBLIC_URL = public_url(os.environ.get("SWARM_PUBLIC_URL", ""))
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 SERVE_STATIC = env_bool("SERVE_STATIC", EMBEDDED or DEBUG)

@@ -200,7 +200,10 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
             "tokens": campaign.tokens.order_by("-created_at"),
             "form": form,
             "secret": secret,
-            "join_url": request.build_absolute_uri("/"),
+            # The address volunteers reach, from the setting; the browsing host only as a
+            # fallback the page warns about (an organizer may browse a loopback or private name).
+            "join_url": settings.SWARM_PUBLIC_URL or request.build_absolute_uri("/"),
+            "public_url_set": bool(settings.SWARM_PUBLIC_URL),
         },
     )
     response["Cache-Control"] = "no-store"  # the page may hold a secret

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -13,6 +14,7 @@ from django.utils import timezone
 from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import WorkerToken
 from swarm_app.coordinator.tokens import create_token, digest
+from swarm_app.settings import public_url
 from tests.campaigns.helpers import form_data, make_campaign
 
 User = get_user_model()
@@ -110,6 +112,24 @@ def test_actions_are_post_only(staff):
 
 
 # --- tokens --------------------------------------------------------------------------------------
+
+
+def test_the_join_line_names_the_public_address_never_the_browsing_host(staff, settings):
+    """SWARM_PUBLIC_URL is the address in the join line; without it the page shows the browsed
+    address and says that volunteers may not reach it. A malformed setting stops the start."""
+    campaign = make_campaign()
+    url = reverse("campaign-tokens", args=[campaign.pk])
+    settings.SWARM_PUBLIC_URL = public_url("https://swarm.example:8443")
+    page = staff.post(url, {"label": "a"}, HTTP_HOST="127.0.0.1:18600").content.decode()
+    assert "swarm-worker join https://swarm.example:8443/</pre>" in page
+    assert "127.0.0.1:18600" not in page and 'id="join-url-warning"' not in page
+    settings.SWARM_PUBLIC_URL = ""
+    page = staff.post(url, {"label": "b"}, HTTP_HOST="127.0.0.1").content.decode()
+    assert "swarm-worker join http://127.0.0.1/</pre>" in page and 'id="join-url-warning"' in page
+    assert public_url("") == "" and public_url(" http://10.0.0.5:8000 ") == "http://10.0.0.5:8000/"
+    for bad in ("swarm.example", "ftp://swarm.example/", "https:///path", "https://swarm.example/?a=1"):
+        with pytest.raises(ImproperlyConfigured, match="SWARM_PUBLIC_URL"):
+            public_url(bad)
 
 
 def test_tokens_are_shown_once_stored_hashed_and_revocable(staff):
