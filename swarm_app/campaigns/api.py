@@ -24,7 +24,8 @@ from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
 
 PAGE = 2000
-FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at"]
+# seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls)
+FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at", "seed", "swarm"]
 ROUND_FIELDS = ["arm", "tier", "round", *AGGREGATE_FIELDS]
 # A spreadsheet reads a cell starting with one of these as a formula (tab and CR: some strip
 # them first): OWASP's list against CSV injection.
@@ -115,7 +116,18 @@ def _agent_fetch(campaign: Campaign, filters: dict[str, Any]) -> Callable[[int],
         return list(
             rows.filter(pk__gt=after)
             .order_by("pk")
-            .values_list("pk", "arm", "tier", "agent", "round", "reward", "created_at", "metrics")[:PAGE]
+            .values_list(
+                "pk",
+                "arm",
+                "tier",
+                "agent",
+                "round",
+                "reward",
+                "created_at",
+                "control_run__seed",
+                "node__replicate",
+                "metrics",
+            )[:PAGE]
         )
 
     return fetch
@@ -130,10 +142,11 @@ async def _agent_csv(campaign: Campaign, fetch, keys: list[str]) -> AsyncIterato
     # node ids, tiers and arms from the campaign's config.
     writer.writerow(spreadsheet_row(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys]))
     async for page in _pages(fetch):
-        for _pk, arm, tier, agent, number, reward, created, metrics in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics in page:
             writer.writerow(
                 spreadsheet_row(
                     [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
+                    + ["" if seed is None else seed, "" if swarm is None else swarm]
                     + [metrics.get(key, "") for key in keys]
                 )
             )
@@ -148,7 +161,7 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
     first = True
     async for page in _pages(fetch):
         parts = []
-        for _pk, arm, tier, agent, number, reward, created, metrics in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics in page:
             row = {
                 "arm": arm,
                 "tier": tier,
@@ -156,6 +169,8 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
                 "round": number,
                 "reward": reward,
                 "created_at": created.isoformat(),
+                "seed": seed,
+                "swarm": swarm,
                 "metrics": metrics,
             }
             parts.append(("" if first else ",") + json.dumps(row))

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 from django.urls import reverse
 
+from swarm_app.campaigns.api import FIXED
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
@@ -78,6 +79,8 @@ def test_metrics_export_as_csv_and_json(anonymous):
     ]
     assert rows[1]["entropy"] == "2.5" and rows[2]["entropy"] == "" and rows[2]["step_time"] == "0.5"
     assert rows[0]["metrics/reward"] == "0.9"  # the worker's own claim, apart from the verified reward
+    # which control seed, which swarm: a control's row carries its seed, a node's its swarm
+    assert [(r["seed"], r["swarm"]) for r in rows] == [("", "0"), ("", "0"), ("0", "")]
     body = json.loads(b"".join(anonymous.get(url, {"format": "json", "arm": "swarm"})))
     assert body["campaign"] == campaign.pk and body["level"] == "agent"
     assert [(r["round"], r["reward"], r["metrics"]["entropy"]) for r in body["rows"]] == [
@@ -172,7 +175,7 @@ def test_exported_text_cells_are_never_formulas_and_numbers_stay_numbers(coordin
             return list(csv.reader(io.StringIO(response.read().decode(), newline="")))
 
     header, row = download("agent")
-    assert sorted(header[7:]) == sorted(["'" + name for name in FORMULAS] + ["note"])
+    assert sorted(header[len(FIXED) :]) == sorted(["'" + name for name in FORMULAS] + ["note"])
     cells = dict(zip(header, row, strict=True))
     assert cells["tier"] == "'-tier" and cells["note"] == "'=1+1"
     assert cells["reward"] == "-0.5" and all(cells["'" + name] == "-0.5" for name in FORMULAS)
