@@ -32,11 +32,13 @@ class AgentMeans(NamedTuple):
     """Per (tier, arm), each independent unit's mean per round over the same rounds: a control
     seed for a control, a swarm (the mean over its nodes) for the swarm arm, whose nodes share a
     pool and are not independent of each other; ``metrics``: the same per mechanism key;
-    ``nodes``: the swarm arm's per-node values (a descriptive spread, never an interval)."""
+    ``nodes``: the swarm arm's per-node values (a descriptive spread, never an interval);
+    ``replicates``: each swarm node's swarm (replicate_of), read once and reused by the windows."""
 
     units: dict[tuple[str, str], list[float]]
     metrics: dict[tuple[str, str], dict[str, list[float]]]
     nodes: dict[tuple[str, str], list[float]]
+    replicates: dict[str, int]
 
 
 def replicate_of(campaign: Campaign) -> dict[str, int]:
@@ -66,6 +68,7 @@ def agent_means(
     horizon: dict[str, int],
     start: dict[str, int] | None = None,
     with_metrics: bool = True,
+    replicates: dict[str, int] | None = None,
 ) -> AgentMeans:
     """Each unit's mean reward per round over rounds start..H-1 (start 0 by default) and its
     mean per reporting round of each mechanism key, over exactly those rounds
@@ -84,7 +87,8 @@ def agent_means(
                 metric = metric_sums[(tier, block.arm, block.agent)][key]
                 metric[0] += total
                 metric[1] += count
-    replicates = replicate_of(campaign) if any(arm == Arm.SWARM for _, arm, _ in sums) else {}
+    if replicates is None:
+        replicates = replicate_of(campaign) if any(arm == Arm.SWARM for _, arm, _ in sums) else {}
     per_agent = {key: total / rounds for key, (total, rounds) in sums.items() if rounds}
     nodes: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (tier, arm, _agent), value in per_agent.items():
@@ -99,7 +103,7 @@ def agent_means(
     for key, values in by_key.items():
         for tier_arm, unit_values in _unit_means(values, replicates).items():
             metrics[tier_arm][key] = unit_values
-    return AgentMeans(_unit_means(per_agent, replicates), metrics, nodes)
+    return AgentMeans(_unit_means(per_agent, replicates), metrics, nodes, replicates)
 
 
 def estimate(values: Sequence[float], arm: str = "") -> dict[str, Any]:
@@ -242,7 +246,7 @@ def summary(campaign: Campaign, grouped: dict, means: AgentMeans | None = None) 
             "gains": gains,
             "windows": [],
         }
-    for start, end, window_means in _windows(campaign, horizon):
+    for start, end, window_means in _windows(campaign, horizon, means.replicates):
         for tier, row in result.items():
             if end.get(tier) is not None:
                 row["windows"].append(window_row(start[tier], end[tier], window_means, tier))
@@ -263,7 +267,9 @@ def window_edges(h: int) -> list[int]:
     return [0, *cuts, h]
 
 
-def _windows(campaign: Campaign, horizon: dict[str, int]) -> list[tuple[dict, dict, dict]]:
+def _windows(
+    campaign: Campaign, horizon: dict[str, int], replicates: dict[str, int]
+) -> list[tuple[dict, dict, dict]]:
     """[(start, end, agent means)] per window of each tier's horizon (tiers whose H has at least
     WINDOWS rounds; window_edges), each window's per-unit reward means over exactly its rounds."""
     edges = {tier: window_edges(h) for tier, h in horizon.items() if h >= WINDOWS}
@@ -271,7 +277,8 @@ def _windows(campaign: Campaign, horizon: dict[str, int]) -> list[tuple[dict, di
     for index in range(WINDOWS):
         start = {tier: cut[index] for tier, cut in edges.items()}
         end = {tier: cut[index + 1] for tier, cut in edges.items()}
-        out.append((start, end, agent_means(campaign, end, start, with_metrics=False).units))
+        window = agent_means(campaign, end, start, with_metrics=False, replicates=replicates)
+        out.append((start, end, window.units))
     return out
 
 
