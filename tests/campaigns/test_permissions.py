@@ -132,6 +132,23 @@ def test_the_join_line_names_the_public_address_never_the_browsing_host(staff, s
             public_url(bad)
 
 
+def test_the_token_page_warns_about_the_campaigns_state_and_asks_before_revoking(staff):
+    """A finished campaign's token page says a new token gets no work, a paused one's that its
+    workers wait; Revoke asks first (site.js's data-confirm: no inline script under the CSP)."""
+    running = make_campaign(state=Campaign.State.RUNNING)
+    create_token(running, "laptop")
+    page = staff.get(reverse("campaign-tokens", args=[running.pk])).content.decode()
+    assert 'id="campaign-state-warning"' not in page
+    assert 'data-confirm="Revoke token' in page and "(laptop)? Its workers are disconnected" in page
+    for state, words in (
+        (Campaign.State.COMPLETED, "gets no work"),
+        (Campaign.State.PAUSED, "wait until it runs"),
+    ):
+        campaign = make_campaign(state=state, name=f"{state} campaign")
+        page = staff.get(reverse("campaign-tokens", args=[campaign.pk])).content.decode()
+        assert 'id="campaign-state-warning"' in page and words in page, state
+
+
 def test_tokens_are_shown_once_stored_hashed_and_revocable(staff):
     campaign = make_campaign()
     response = staff.post(reverse("campaign-tokens", args=[campaign.pk]), {"label": "alice's laptop"})
