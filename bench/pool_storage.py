@@ -10,7 +10,7 @@ its run ends with makes the space reusable. With ``--phases 2`` the same number 
 submitted and archived again: a bounded table reuses its freed pages instead of growing.
 
 It prints, per phase, the hot table's size on disk (table, indexes and TOAST), its live rows'
-bytes, the archive's, the database's, and the draw's median time and shared buffers read
+bytes, the archive's, the database's, the lease table's (the run prunes the leases nothing reads), and the draw's median time and shared buffers read
 (sample_external of J = 4, and EXPLAIN (ANALYZE, BUFFERS) of its candidate scan), then
 
     ratio=<hot table's live bytes after / before archiving> draw_ratio=<draw after / before>
@@ -72,10 +72,12 @@ def sizes(campaign) -> dict[str, float]:
             "pg_total_relation_size('coordinator_poolarchive'), pg_database_size(current_database()), "
             "(SELECT coalesce(sum(pg_column_size(p.*)), 0) FROM coordinator_poolrollout p), "
             "(SELECT count(*) FROM coordinator_poolrollout WHERE campaign_id = %s), "
-            "(SELECT coalesce(sum(length(data)), 0) FROM coordinator_poolarchive WHERE campaign_id = %s)",
-            [campaign.pk, campaign.pk],
+            "(SELECT coalesce(sum(length(data)), 0) FROM coordinator_poolarchive WHERE campaign_id = %s), "
+            "pg_total_relation_size('coordinator_lease'), "
+            "(SELECT count(*) FROM coordinator_lease WHERE campaign_id = %s)",
+            [campaign.pk, campaign.pk, campaign.pk],
         )
-        table, archive, database, live, rows, archived = cursor.fetchone()
+        table, archive, database, live, rows, archived, lease_table, leases = cursor.fetchone()
     return {
         "hot_table_mb": table / MB,
         "hot_live_mb": live / MB,
@@ -83,6 +85,8 @@ def sizes(campaign) -> dict[str, float]:
         "archive_table_mb": archive / MB,
         "archive_data_mb": archived / MB,
         "database_mb": database / MB,
+        "lease_table_mb": lease_table / MB,
+        "lease_rows": leases,
     }
 
 

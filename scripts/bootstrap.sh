@@ -20,9 +20,12 @@ stamp="$VENV/.swarm-installed"
 want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16) $SWARM_EXTRAS"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "==> installing swarm-sapo[$SWARM_EXTRAS] into $VENV (first run takes a few minutes)"
-    # torch first, alone: its pinned CPU build must win over any CUDA build a resolver might pick.
     "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet "torch==2.13.0"
+    # The worker extra's torch first, alone: its pinned CPU build must win over any CUDA build a
+    # resolver might pick. The coordinator alone installs no torch.
+    case ",$SWARM_EXTRAS," in
+        *,worker,*) "$VENV/bin/pip" install --quiet "torch==2.13.0" ;;
+    esac
     "$VENV/bin/pip" install --quiet -e "$ROOT[$SWARM_EXTRAS]"
     echo "$want" > "$stamp"
 fi

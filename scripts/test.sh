@@ -2,7 +2,7 @@
 # Quick start, second command: install everything the tests need, then run the whole suite.
 # Arguments are passed to pytest. Set DATABASE_URL and REDIS_URL to test against PostgreSQL
 # and Redis; leave them unset to test the embedded mode.
-SWARM_EXTRAS="coordinator,dev"
+SWARM_EXTRAS="coordinator,worker,dev"
 source "$(dirname "$0")/bootstrap.sh"
 # Tests keep their own data directory (database file, broker queue, built models) apart from
 # the demo's, and need no real secret: a public key, as long as production mode (REDIS_URL)

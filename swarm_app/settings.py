@@ -38,6 +38,9 @@ Environment variables (see platform/.env.example):
                      (the demo sets it; default 0)
     SWARM_CONTROL_STALE_SECONDS  a running isolated control without a heartbeat for this long is
                      re-enqueued (default 30)
+    SWARM_CONTROL_PYTHON  the Python that runs the isolated controls' training processes
+                     (`python -m worker.cli control`; it needs the `worker` extra: torch,
+                     transformers); default: the Celery worker's own Python
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
                      DB_POOL_MIN, DB_POOL_MAX size it
     SWARM_BENCH_ECHO 1/0: serve the bare websocket echo /ws/echo/, the baseline of
@@ -54,6 +57,12 @@ Environment variables (see platform/.env.example):
     SWARM_PUBLIC_URL the coordinator's address as volunteers reach it (http(s)://host[:port]/),
                      shown in the join line of the token pages (default unset: the address the
                      organizer is browsing, with a warning)
+    SWARM_VOLUNTEER_SIGNUP  1/0: anyone may sign up at /accounts/signup/ and make their own worker
+                     tokens for open campaigns (default 1; swarm_app/volunteers/, docs/volunteers.md)
+    SIGNUP_LIMIT     sign-up forms one client address may send within SIGNUP_WINDOW_SECONDS
+                     (default 10); SIGNUP_WINDOW_SECONDS (default 3600)
+    SWARM_REPOSITORY_URL  the repository volunteers install the worker from, in the install line
+                     of a campaign's "Join this campaign" section (default <this repository>)
     PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
                      missing) where every process of the host keeps its counts, so that a scrape of
                      any of them reports all; one per host (PID namespace), set before the processes
@@ -65,6 +74,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -178,6 +188,7 @@ INSTALLED_APPS = [
     "swarm_app.campaigns",
     "swarm_app.coordinator",
     "swarm_app.demo",
+    "swarm_app.volunteers",
 ]
 
 MIDDLEWARE = [
@@ -224,6 +235,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "swarm_app.volunteers.context.signup",
             ],
         },
     },
@@ -335,6 +347,22 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Isolated controls: a running control whose heartbeat is older than this is re-enqueued (its
 # Celery worker died); beat checks a few times per period.
 CONTROL_STALE_SECONDS = float(os.environ.get("SWARM_CONTROL_STALE_SECONDS", "30"))
+
+
+def control_python(value: str) -> str:
+    """SWARM_CONTROL_PYTHON, checked: an executable file (the controls' training processes run
+    there, so the coordinator's own environment needs no torch)."""
+    if not value:
+        return sys.executable
+    if not (os.path.isfile(value) and os.access(value, os.X_OK)):
+        raise ImproperlyConfigured(
+            f"SWARM_CONTROL_PYTHON={value!r}: expected the path of a Python executable that has "
+            "swarm-sapo[worker] installed"
+        )
+    return value
+
+
+CONTROL_PYTHON = control_python(os.environ.get("SWARM_CONTROL_PYTHON", ""))
 
 
 def env_seconds(name: str, default: float, minimum: float) -> float:
@@ -470,6 +498,13 @@ AXES_RESET_ON_SUCCESS = False
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True
 AXES_LOCKOUT_TEMPLATE = "registration/lockout.html"
+
+# Volunteers (swarm_app/volunteers/): self-service sign-up, on by default; its forms are
+# throttled per client address in the database (volunteers/accounts.py says why not the cache).
+SWARM_VOLUNTEER_SIGNUP = env_bool("SWARM_VOLUNTEER_SIGNUP", True)
+SIGNUP_LIMIT = int(os.environ.get("SIGNUP_LIMIT", "10"))
+SIGNUP_WINDOW_SECONDS = env_seconds("SIGNUP_WINDOW_SECONDS", 3600, 1)
+SWARM_REPOSITORY_URL = os.environ.get("SWARM_REPOSITORY_URL", "") or "<this repository>"
 
 LOGIN_URL = "/accounts/login/"
 # The header's links send ?next=<this page>; without one, login and logout land on the home page.

@@ -12,6 +12,8 @@ from swarm_app.core import views as core_views
 urlpatterns = [
     path("", campaign_views.status, name="home"),
     path("", include("swarm_app.campaigns.urls")),
+    # Volunteers: sign-up, their tokens, pages, leaderboards (swarm_app/volunteers/urls.py).
+    path("", include("swarm_app.volunteers.urls")),
     path("healthz", core_views.healthz, name="healthz"),
     # Prometheus's scrape, for operators only: refused through the proxy, from addresses outside
     # METRICS_ALLOWED_ADDRESSES and without METRICS_TOKEN when one is set (coordinator/scrape.py).

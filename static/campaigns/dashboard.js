@@ -84,6 +84,7 @@
         const done = s.completions || [];
         const rows = s.round.map((r, i) => ({
           round: r, mean: s.mean[i], std: s.std[i], agents: s.agents[i], cumulative: s.cumulative[i],
+          units: s.units[i], unitMean: s.unit_mean[i], unitStd: s.unit_std[i],
           // completions generated per agent up to this round (the compute axis), and in it
           completions: done[i] === undefined ? null : done[i],
           generated: done[i] === null || done[i] === undefined ? null : done[i] - (i > 0 ? done[i - 1] : 0),
@@ -104,6 +105,7 @@
     const generated = p.completions === undefined ? null : p.completions;
     const row = {
       round: p.round, mean: p.mean, std: p.std, agents: p.agents, cumulative: null, completions: null, generated: generated,
+      units: p.units, unitMean: p.unit_mean, unitStd: p.unit_std,
     };
     if (i > 0 && rows[i - 1].round === p.round) rows[i - 1] = row;
     else rows.splice(i, 0, row);
@@ -145,7 +147,7 @@
       row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward"));
       row.appendChild(chartBox("cumulative-" + slug(tier), "Cumulative reward"));
       const difference = chartBox("difference-" + slug(tier),
-        "Swarm minus each control, per round (band: 95% interval of the difference, normal approximation)");
+        "Swarm minus each control, per round (band: 95% interval of the difference over swarms and seeds, normal approximation; none with one swarm)");
       difference.classList.add("wide");
       row.appendChild(difference);
       panel.appendChild(row);
@@ -300,10 +302,11 @@
   }
 
   // The time course of the gain (issue #26): per settled round both arms have, the swarm's mean
-  // reward minus the control's, with a 95% interval from the two arms' spread across agents
-  // (independent arms: ±1.96 sqrt(s²/n + s'²/n'), s² the sample variance; none where an arm has
-  // one agent). The swarm's nodes share a pool, so its n overstates the precision (the note
-  // below the summary). Always by round: the arms' compute differs.
+  // reward minus the control's, with a 95% interval from the two arms' spread across their
+  // independent units, the same units as the summary's gain: swarms for the swarm (each the mean
+  // over its nodes, which share a pool), seeds for a control (independent arms: ±1.96
+  // sqrt(s²/n + s'²/n'), s² the sample variance across units; none where an arm has one unit,
+  // e.g. a campaign with one swarm). Always by round: the arms' compute differs.
   function differences(tier) {
     const arms = state.series[tier] || {};
     const swarm = arms.swarm;
@@ -318,9 +321,9 @@
       const pairs = entry.rows.filter((r) => r.round < settled && byRound.has(r.round)).map((r) => [byRound.get(r.round), r]);
       if (!pairs.length) continue;
       const x = pairs.map((pair) => pair[1].round);
-      const d = pairs.map(([a, b]) => a.mean - b.mean);
-      const half = pairs.map(([a, b]) => (a.agents >= 2 && b.agents >= 2
-        ? 1.96 * Math.sqrt((a.std * a.std) / (a.agents - 1) + (b.std * b.std) / (b.agents - 1)) : null));
+      const d = pairs.map(([a, b]) => a.unitMean - b.unitMean);
+      const half = pairs.map(([a, b]) => (a.units >= 2 && b.units >= 2
+        ? 1.96 * Math.sqrt((a.unitStd * a.unitStd) / (a.units - 1) + (b.unitStd * b.unitStd) / (b.units - 1)) : null));
       const group = "difference-" + control.arm;
       if (half.some((h) => h !== null)) {
         traces.push({
@@ -337,7 +340,8 @@
         x: x, y: d, mode: x.length < 60 ? "lines+markers" : "lines", name: "swarm − " + control.label,
         legendgroup: group, line: { color: COLORS[control.arm], width: 2 },
         meta: { difference: control.arm },
-        hovertemplate: "round %{x}<br>difference %{y:.3f}<extra>swarm − " + control.label + "</extra>",
+        customdata: pairs.map(([a, b]) => a.units + " swarm" + (a.units === 1 ? "" : "s") + " vs " + b.units + " seed" + (b.units === 1 ? "" : "s")),
+        hovertemplate: "round %{x}<br>difference %{y:.3f}<br>n = %{customdata}<extra>swarm − " + control.label + "</extra>",
       });
     }
     return traces;
@@ -581,7 +585,7 @@
     fillBody("workers", workers.map((w) => {
       const tr = el("tr");
       tr.dataset.agent = w.agent;
-      tr.appendChild(el("td", w.node.slice(0, 12)));
+      tr.appendChild(el("td", w.name || w.node.slice(0, 12)));
       tr.appendChild(el("td", w.status, "state state-" + w.status.split(" ")[0]));
       tr.appendChild(el("td", w.tier));
       tr.appendChild(el("td", w.hardware));
@@ -591,8 +595,11 @@
       tr.appendChild(el("td", w.rejected));
       return tr;
     }));
-    const parts = Object.entries(counts).map(([k, v]) => v + " " + k);
-    document.getElementById("worker-counts").textContent = parts.length ? "(" + parts.join(", ") + ")" : "";
+    // worker_status_counts: every node in one status, so the parts add up to the total.
+    const { total, ...byStatus } = counts || {};
+    const parts = Object.entries(byStatus).map(([k, v]) => v + " " + k);
+    document.getElementById("worker-counts").textContent = total
+      ? "(" + total + (total === 1 ? " worker: " : " workers: ") + parts.join(", ") + ")" : "";
   }
 
   // The status line: the campaign's state in words (a finished campaign is not "Live.") and
@@ -664,7 +671,7 @@
     renderMechanism(t.mechanism, t.mechanism_keys || [], t.arms || []);
     renderPool(t.pool);
     renderControls(t.controls);
-    renderWorkers(t.workers, t.worker_counts);
+    renderWorkers(t.workers, t.worker_status_counts);
     ensurePanels();
     // Panels still empty get their words updated (a worker joined, the campaign launched); all
     // are redrawn when more rounds have been reported by every agent.

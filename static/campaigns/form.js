@@ -4,9 +4,22 @@
  * this script: what is typed is what is stored). */
 (function () {
   "use strict";
-  // After an invalid submit: the list of problems above the form takes the focus (and the view).
+  // After an invalid submit the summary above the form lists every problem, each linking to its
+  // field: the first invalid field's control takes the focus (and the view), and a link focuses
+  // its field's control rather than only scrolling to it. A problem of the whole form, with no
+  // field, leaves the focus on the summary.
   const problems = document.getElementById("form-errors");
-  if (problems) problems.focus();
+  const control = (field) => (field ? field.querySelector("input:not([type=hidden]), select, textarea") : null);
+  if (problems) {
+    (control(document.querySelector(".campaign-form .field.has-error")) || problems).focus();
+    problems.addEventListener("click", (event) => {
+      const link = event.target.closest("a[href^='#field-']");
+      const target = link ? control(document.getElementById(link.getAttribute("href").slice(1))) : null;
+      if (!target) return;
+      event.preventDefault();
+      target.focus();
+    });
+  }
   const lines = JSON.parse(document.getElementById("task-preset-lines").textContent);
   const choice = document.getElementById("id_task_preset");
   const text = document.getElementById("id_custom_tasks");

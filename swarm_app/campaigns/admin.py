@@ -48,6 +48,9 @@ class CampaignAdmin(admin.ModelAdmin):
         "rollout_sequence",
         "local_workers",
         "config",
+        # Made by the Worker tokens page from a secure random source; typed by hand it could be
+        # guessed.
+        "invite_code",
     )
     actions = [_lifecycle_action(name, f"now {target}") for name, (_, target) in lifecycle.ACTIONS.items()]
 

@@ -22,11 +22,17 @@ from swarm_app.campaigns import dashboard, run_info, status_tables
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
 from swarm_app.campaigns.views import get_visible, visible_campaigns
+from swarm_app.core.names import control_label, node_label
 
 PAGE = 2000
-# seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls)
-FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at", "seed", "swarm"]
-ROUND_FIELDS = ["arm", "tier", "round", *AGGREGATE_FIELDS]
+# seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls);
+# name: the agent's one name (core.names), as the pages and the dashboard's picker give it
+FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at", "seed", "swarm", "name"]
+# The rollups' columns: metric_means (one CSV column per mechanism key) and then the arm's
+# independent units, added after every older column so that none moves.
+UNIT_FIELDS = ["units", "unit_mean", "unit_std"]
+ROUND_FIELDS = ["arm", "tier", "round", *(f for f in AGGREGATE_FIELDS if f not in UNIT_FIELDS), *UNIT_FIELDS]
+MEANS_AT = ROUND_FIELDS.index("metric_means")
 # A spreadsheet reads a cell starting with one of these as a formula (tab and CR: some strip
 # them first): OWASP's list against CSV injection.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -98,6 +104,14 @@ def spreadsheet_row(values: Iterable[Any]) -> list[Any]:
     ]
 
 
+def agent_name(arm: str, tier: str, seed: int | None, node_id: str | None, owner: str | None) -> str:
+    """The agent's one name (core.names): a node's volunteer and short id, a control's arm,
+    tier and seed."""
+    if node_id is not None:
+        return node_label(node_id, owner)
+    return control_label(arm, tier, seed) if seed is not None else ""
+
+
 async def _pages(fetch: Callable[[int], list[tuple]]) -> AsyncIterator[list[tuple]]:
     """Keyset pagination by id; each page is fetched in a worker thread."""
     last = 0
@@ -127,6 +141,9 @@ def _agent_fetch(campaign: Campaign, filters: dict[str, Any]) -> Callable[[int],
                 "control_run__seed",
                 "node__replicate",
                 "metrics",
+                "node__node_id",
+                # the display name of the node's volunteer (swarm_app/volunteers/), by relation
+                "node__token__owner__volunteer__display_name",
             )[:PAGE]
         )
 
@@ -142,11 +159,12 @@ async def _agent_csv(campaign: Campaign, fetch, keys: list[str]) -> AsyncIterato
     # node ids, tiers and arms from the campaign's config.
     writer.writerow(spreadsheet_row(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys]))
     async for page in _pages(fetch):
-        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner in page:
             writer.writerow(
                 spreadsheet_row(
                     [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
                     + ["" if seed is None else seed, "" if swarm is None else swarm]
+                    + [agent_name(arm, tier, seed, node, owner)]
                     + [metrics.get(key, "") for key in keys]
                 )
             )
@@ -161,7 +179,7 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
     first = True
     async for page in _pages(fetch):
         parts = []
-        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner in page:
             row = {
                 "arm": arm,
                 "tier": tier,
@@ -171,6 +189,7 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
                 "created_at": created.isoformat(),
                 "seed": seed,
                 "swarm": swarm,
+                "name": agent_name(arm, tier, seed, node, owner),
                 "metrics": metrics,
             }
             parts.append(("" if first else ",") + json.dumps(row))
@@ -213,10 +232,18 @@ def metrics_export(request: HttpRequest, pk: int) -> HttpResponse:
             buffer = io.StringIO()
             writer = csv.writer(buffer)
             # metric_means flattened: one column per mechanism key (empty where not reported)
-            scalar = ROUND_FIELDS[:-1]
-            writer.writerow(["campaign", *scalar, *MECHANISM_KEYS])
+            writer.writerow(
+                ["campaign", *ROUND_FIELDS[:MEANS_AT], *MECHANISM_KEYS, *ROUND_FIELDS[MEANS_AT + 1 :]]
+            )
             writer.writerows(
-                spreadsheet_row([campaign.pk, *row[:-1], *(row[-1].get(key, "") for key in MECHANISM_KEYS)])
+                spreadsheet_row(
+                    [
+                        campaign.pk,
+                        *row[:MEANS_AT],
+                        *(row[MEANS_AT].get(key, "") for key in MECHANISM_KEYS),
+                        *row[MEANS_AT + 1 :],
+                    ]
+                )
                 for row in rows
             )
             response = HttpResponse(buffer.getvalue(), content_type="text/csv")

@@ -13,7 +13,8 @@ worker/shared/arms.py, for the swarm's arm I/J):
 
 They use the campaign's own settings and :class:`worker.engine.agent.Agent` with a
 :class:`worker.engine.transport.LocalTransport` and no pool, so their only difference from a
-swarm node is that they share nothing.
+swarm node is that they share nothing. The training runs in a process of its own
+(``swarm-worker control``, control_process.py); this module keeps what touches the database.
 
 Pairing: every kind of one seed uses the same agent id, the same question stream and the same
 generation seeds, so in round 0 they generate the very same first B groups; what differs
@@ -50,7 +51,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.broadcast import broadcast_refresh
-from swarm_app.campaigns.control_agent import build_agent
+from swarm_app.campaigns.control_process import ControlProcess, ControlProcessError
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import Campaign, ControlRun
 
@@ -177,9 +178,13 @@ def run_control(run_id: int, owner: str) -> str:
     try:
         return _loop(run, owner, heartbeat)
     except Exception as error:
-        reason = f"control {run.arm}/{run.tier}/seed {run.seed} failed: {type(error).__name__}: {error}"
-        log.error("%s\n%s", reason, traceback.format_exc())
-        release(run_id, owner, state=RunState.FAILED, error=traceback.format_exc()[-4000:])
+        # The training process reports its own "Type: message" and traceback.
+        training = isinstance(error, ControlProcessError)
+        detail = str(error) if training else f"{type(error).__name__}: {error}"
+        reason = f"control {run.arm}/{run.tier}/seed {run.seed} failed: {detail}"
+        trace = error.details if training else traceback.format_exc()
+        log.error("%s\n%s", reason, trace)
+        release(run_id, owner, state=RunState.FAILED, error=trace[-4000:])
         lifecycle.fail(run.campaign, reason)
         return "failed"
     finally:
@@ -197,22 +202,29 @@ def _finish(run: ControlRun, owner: str, state: str) -> str:
 
 
 def _loop(run: ControlRun, owner: str, heartbeat: Heartbeat) -> str:
+    process, ready = ControlProcess.start(run, checkpoint_path(run))
+    try:
+        return _rounds(run, owner, heartbeat, process, ready["round"], ready["resumed"])
+    finally:
+        process.close()
+
+
+def _rounds(
+    run: ControlRun, owner: str, heartbeat: Heartbeat, process: ControlProcess, next_round: int, resumed: bool
+) -> str:
     campaign = run.campaign
     rounds = campaign.settings.rounds
-    agent = build_agent(run, campaign)
-    path = checkpoint_path(run)
-    resumed = None
-    if path.exists():
-        agent.load(path)
-        resumed = agent.round
-        log.info("control %s: resumed at round %d from %s", run.pk, resumed, path)
-    ControlRun.objects.filter(pk=run.pk).update(resumed_from=resumed, round=agent.round)
+    if resumed:
+        log.info("control %s: resumed at round %d from %s", run.pk, next_round, checkpoint_path(run))
+    ControlRun.objects.filter(pk=run.pk).update(
+        resumed_from=next_round if resumed else None, round=next_round
+    )
     broadcast_refresh(campaign.pk)
     while True:
         if heartbeat.lost.is_set():
             return "lost"
         state = Campaign.objects.values_list("state", flat=True).get(pk=campaign.pk)
-        if agent.round >= rounds:
+        if next_round >= rounds:
             return _finish(run, owner, RunState.COMPLETED)
         if state in Campaign.FINISHED:
             return _finish(run, owner, RunState.STOPPED)
@@ -223,11 +235,12 @@ def _loop(run: ControlRun, owner: str, heartbeat: Heartbeat) -> str:
         if state != Campaign.State.RUNNING:  # paused (or not yet launched): wait, heartbeating
             time.sleep(POLL_SECONDS)
             continue
-        metrics = agent.run_round()
+        metrics = process.run_round()
         if heartbeat.lost.is_set():  # another copy owns the run now: write nothing
             return "lost"
-        record_control_metrics(run, agent.round - 1, metrics)
-        agent.save(path)
+        record_control_metrics(run, next_round, metrics)
+        process.save()
+        next_round += 1
         if not touch(run.pk, owner):
             return "lost"
 

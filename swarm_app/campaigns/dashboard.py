@@ -60,7 +60,9 @@ from swarm_app.campaigns.status_tables import (
     pool_stats,
     worker_counts,
     worker_rows,
+    worker_status_counts,
 )
+from swarm_app.core.names import control_label, node_label
 
 # --- what the page and the socket send -------------------------------------------------------
 
@@ -85,6 +87,7 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
         "pool": pool_stats(campaign, complete, step),
         "workers": worker_rows(campaign),
         "worker_counts": worker_counts(campaign),
+        "worker_status_counts": worker_status_counts(campaign),
         "controls": control_rows(campaign),
     }
 
@@ -140,7 +143,18 @@ def points(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, 
     rows = (
         RoundAggregate.objects.filter(campaign_id=campaign_id, round__in=rounds)
         .annotate(completions=GENERATED_COMPLETIONS)
-        .values_list("tier", "arm", "round", "agents", "reward_mean", "reward_std", "completions")
+        .values_list(
+            "tier",
+            "arm",
+            "round",
+            "agents",
+            "reward_mean",
+            "reward_std",
+            "completions",
+            "units",
+            "unit_mean",
+            "unit_std",
+        )
     )
     return [
         {
@@ -151,8 +165,11 @@ def points(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, 
             "mean": mean,
             "std": std,
             "completions": completions,
+            "units": units,
+            "unit_mean": unit_mean,
+            "unit_std": unit_std,
         }
-        for tier, arm, number, agents, mean, std, completions in rows
+        for tier, arm, number, agents, mean, std, completions, units, unit_mean, unit_std in rows
         if (tier, arm, number) in keys
     ]
 
@@ -183,12 +200,18 @@ def agent_choices(campaign: Campaign, limit: int = 2000) -> list[dict[str, str]]
     """Agents a viewer can pick a curve for: workers and control runs."""
     from swarm_app.coordinator.models import WorkerNode
 
-    nodes = WorkerNode.objects.filter(campaign=campaign).order_by("node_id").values_list("node_id", "tier")
+    nodes = (
+        WorkerNode.objects.filter(campaign=campaign)
+        .order_by("node_id")
+        .values_list("node_id", "tier", "token__owner__volunteer__display_name")
+    )
     runs = ControlRun.objects.filter(campaign=campaign).order_by("tier", "arm", "seed")
+    # The names of core.names, as the workers table, the volunteers' pages and the export give them.
     choices = [
-        {"agent": f"node:{node}", "label": f"worker {node[:10]} ({tier})"} for node, tier in nodes[:limit]
+        {"agent": f"node:{node}", "label": f"{node_label(node, owner)} ({tier})"}
+        for node, tier, owner in nodes[:limit]
     ]
     choices += [
-        {"agent": f"control:{run.pk}", "label": f"{run.arm} {run.tier} seed {run.seed}"} for run in runs
+        {"agent": f"control:{run.pk}", "label": control_label(run.arm, run.tier, run.seed)} for run in runs
     ]
     return choices

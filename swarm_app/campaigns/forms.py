@@ -1,12 +1,14 @@
 """The campaign form: every setting of worker.shared.campaign.CampaignConfig an organizer chooses.
 
-Validation happens in three layers, each reporting next to the field it is about:
+The settings' fields are built from their declarations (worker/shared/declaration.py): label,
+help text, bounds and choices, so the form and the coordinator refuse the same values. Validation
+reports every problem at once, each next to its field:
 
-1. the form fields' own bounds (G >= 2, a positive temperature, ...);
+1. each field against its declaration (G >= 2, a learning rate above 0 and at most 1e-2, ...);
 2. checks only the web side can make: custom task lines, and model tiers no worker can run
    (this machine, for local workers; the workers seen lately, otherwise);
-3. ``CampaignConfig.validate()``, the same validation the coordinator applies everywhere,
-   whose ``ConfigError.field`` is mapped back to a form field.
+3. ``CampaignConfig.check()``, the rules between settings the coordinator applies everywhere,
+   each reported at its setting's field unless it reads a field that is already invalid.
 """
 
 from __future__ import annotations
@@ -20,32 +22,75 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import BaseValidator
 from django.utils import timezone
+from django.utils.html import conditional_escape
 
 from swarm_app.coordinator.models import WorkerToken
-from worker.shared.arms import CONTROL_KINDS
 from worker.shared.campaign import (
     CAMPAIGN_PRESETS,
-    MAX_NEW_TOKENS,
-    MAX_REPLICATES,
+    GRPO_DEFAULTS,
+    SETTINGS,
     CampaignConfig,
     ConfigError,
-    ControlsConfig,
 )
-from worker.shared.config import MAX_LEARNING_RATE, GRPOConfig
+from worker.shared.declaration import Setting
 from worker.shared.hardware import cpu_host
 from worker.shared.questions import PRESETS as TASK_PRESETS
 from worker.shared.questions import TaskError, TaskMix
-from worker.shared.sampling import STRATEGIES
 from worker.shared.tiers import TIERS
 
 CUSTOM = "custom"
 SEEN_DAYS = 7  # workers seen this recently count as "workers that could run a tier"
-CONTROL_KIND_LABELS = {
-    "isolated": "plain isolated",
-    "filtered": "filtered isolated (sanity arm)",
-    "self": "self-replay",
-    "dyn": "over-generation",
+# The form's field for each setting it offers (worker.shared.campaign.SETTINGS' paths), in the
+# page's order (templates/campaigns/new.html).
+FORM_SETTINGS = {
+    "group_size": "group_size",
+    "questions_per_round": "questions_per_round",
+    "num_local": "num_local",
+    "num_external": "num_external",
+    "local_strategy": "local_strategy",
+    "external_strategy": "external_strategy",
+    "batch_rule": "batch_rule",
+    "decay_rounds": "decay_rounds",
+    "rounds": "rounds",
+    "seed": "seed",
+    "replicates": "replicates",
+    "pool_retention": "pool_retention",
+    "controls_isolated": "controls.isolated",
+    "controls_self_replay": "controls.self_replay",
+    "controls_over_generation": "controls.over_generation",
+    "controls_filtered": "controls.filtered",
+    "controls_reference": "controls.reference",
+    "control_seeds": "controls.seeds",
+    "learning_rate": "grpo.learning_rate",
+    "eps_low": "grpo.eps_low",
+    "eps_high": "grpo.eps_high",
+    "num_iterations": "grpo.num_iterations",
+    "max_new_tokens": "max_new_tokens",
+    "temperature": "grpo.temperature",
+    "external_is_correction": "grpo.external_importance_sampling_correction",
+}
+FORM_FIELDS = {path: name for name, path in FORM_SETTINGS.items()}
+# Settings a form may leave blank for their default: the tier's learning rate; the preset's pool
+# retention (a form posted without it, by an older client). A blank headline control is a
+# choice: automatic.
+OPTIONAL = {"grpo.learning_rate", "pool_retention"}
+# How a choice reads in the form (a value not named here reads as itself, "_" as a space).
+CHOICE_LABELS = {
+    "batch_rule": {
+        "fixed": "fixed: I own + J external groups",
+        "backfill": "backfill: every informative own group, then external ones up to B",
+        "decay": "decay: J falls to 0 over the decay rounds, own groups take its slots",
+    },
+    "pool_retention": {"archive": "archive: kept compressed, downloadable", "delete": "delete"},
+    "controls.reference": {
+        "": "automatic: the first control the campaign runs",
+        "isolated": "plain isolated",
+        "filtered": "filtered isolated (sanity arm)",
+        "self": "self-replay",
+        "dyn": "over-generation",
+    },
 }
 # Fields a link may prefill on top of a preset (the launch page's arm links: ?num_local=6&num_external=2).
 PREFILL_FIELDS = (
@@ -57,18 +102,50 @@ PREFILL_FIELDS = (
     "external_is_correction",
     "controls_self_replay",
 )
-BATCH_RULE_CHOICES = [
-    ("fixed", "fixed: I own + J external groups"),
-    ("backfill", "backfill: every informative own group, then external ones up to B"),
-    ("decay", "decay: J falls to 0 over the decay rounds, own groups take its slots"),
-]
 PRESET_CHOICES = [("", "none (defaults)")] + [(name, name) for name in CAMPAIGN_PRESETS]
-STRATEGY_CHOICES = [(name, name.replace("_", " ")) for name in STRATEGIES]
 TIER_CHOICES = [
     (name, f"{name} ({spec.params / 1e6:,.0f}M params{'' if spec.cpu_ok else ', GPU'})")
     for name, spec in TIERS.items()
 ]
-GRPO_DEFAULTS = GRPOConfig()
+
+
+class Above(BaseValidator):
+    """An exclusive lower bound (Django's own are inclusive): a learning rate of 0 trains nothing."""
+
+    message = "must be above %(limit_value)s"
+    code = "min_value"
+
+    def compare(self, value: float, limit: float) -> bool:
+        return not value > limit
+
+
+class Below(BaseValidator):
+    message = "must be below %(limit_value)s"
+    code = "max_value"
+
+    def compare(self, value: float, limit: float) -> bool:
+        return not value < limit
+
+
+def setting_field(setting: Setting) -> forms.Field:
+    """The form field of a declared setting: its title, its help and bounds, its choices."""
+    bounds = setting.bounds()
+    help_text = conditional_escape(setting.description + (f" ({bounds})" if bounds else ""))
+    common = {
+        "label": setting.title,
+        "help_text": help_text,
+        "required": setting.path not in OPTIONAL and "" not in setting.choices,
+    }
+    if setting.kind is bool:
+        return forms.BooleanField(**{**common, "required": False})
+    if setting.choices:
+        labels = CHOICE_LABELS.get(setting.path, {})
+        choices = [(value, labels.get(value, value.replace("_", " "))) for value in setting.choices]
+        return forms.ChoiceField(choices=choices, **common)
+    field = forms.IntegerField if setting.kind is int else forms.FloatField
+    validators = [Above(setting.gt)] if setting.gt is not None else []
+    validators += [Below(setting.lt)] if setting.lt is not None else []
+    return field(min_value=setting.ge, max_value=setting.le, validators=validators, **common)
 
 
 def tasks_to_text(tasks: list[dict[str, Any]]) -> str:
@@ -147,12 +224,6 @@ def tier_problems(tiers: list[str], local_workers: int) -> list[str]:
     return problems
 
 
-def positive(value: float | None) -> None:
-    """A learning rate of 0 would train nothing: refused, not read as "the tier's default"."""
-    if value is not None and not value > 0:
-        raise forms.ValidationError("must be above 0 (leave it blank for each tier's default)")
-
-
 class CampaignForm(forms.Form):
     name = forms.CharField(max_length=120, help_text="shown on the status page and the campaign's page")
     preset = forms.ChoiceField(choices=PRESET_CHOICES, required=False, widget=forms.HiddenInput)
@@ -170,174 +241,10 @@ class CampaignForm(forms.Form):
         "reasoning-gym's default for it. What is typed here is what is stored.",
     )
     tiers = forms.MultipleChoiceField(
-        label="Model tiers",
+        label=SETTINGS["tiers"].title,
         choices=TIER_CHOICES,
         widget=forms.CheckboxSelectMultiple,
-        help_text="one model size per tier: each tier's nodes train their own copy; the swarm is "
-        "compared with the isolated controls tier by tier",
-    )
-    group_size = forms.IntegerField(
-        label="G (completions per question)",
-        min_value=2,
-        max_value=64,
-        help_text="GRPO's group: a question's advantages are its completions' rewards against their mean",
-    )
-    questions_per_round = forms.IntegerField(
-        label="Questions per round",
-        min_value=1,
-        max_value=64,
-        help_text="a node's own questions each round; it answers each G times and shares them all",
-    )
-    num_local = forms.IntegerField(
-        label="I (own rollouts trained on)",
-        min_value=0,
-        max_value=64,
-        help_text="question groups of its own a node trains on per round (at most the questions per round)",
-    )
-    num_external = forms.IntegerField(
-        label="J (external rollouts trained on)",
-        min_value=0,
-        max_value=64,
-        help_text="question groups drawn from the pool (other nodes' rollouts) a node trains on per "
-        "round; J = 0 is isolated training. I + J is at least 1",
-    )
-    batch_rule = forms.ChoiceField(
-        label="Batch rule",
-        choices=BATCH_RULE_CHOICES,
-        help_text="how a node assembles its round's batch (worker/shared/arms.py): fixed is the "
-        "paper's I/J; backfill (SAPO as backfill) trains on every informative own group and fills "
-        "the batch up to B with informative external ones, at most J (set I = J = B); decay "
-        "starts at I/J and moves J's slots to own groups over the decay rounds",
-    )
-    decay_rounds = forms.IntegerField(
-        label="Decay rounds",
-        min_value=1,
-        max_value=100_000,
-        help_text="for the decay rule: rounds over which J falls linearly to 0 (J_r = round(J · "
-        "max(0, 1 − r / decay rounds))); ignored by the other rules",
-    )
-    local_strategy = forms.ChoiceField(
-        label="Sampling of own rollouts",
-        choices=STRATEGY_CHOICES,
-        help_text="uniform: any of its groups; nonzero advantage: only groups whose completions "
-        "differ in reward (the others teach GRPO nothing)",
-    )
-    external_strategy = forms.ChoiceField(
-        label="Sampling of external rollouts",
-        choices=STRATEGY_CHOICES,
-        help_text="the same choice for the groups drawn from the pool",
-    )
-    rounds = forms.IntegerField(
-        label="Rounds per node",
-        min_value=1,
-        max_value=100_000,
-        help_text="a node stops after this many rounds; the campaign completes when nodes and controls have",
-    )
-    seed = forms.IntegerField(
-        min_value=0,
-        max_value=2**31 - 1,
-        help_text="seeds the question stream and the controls (control k uses seed + k): same seed, same questions",
-    )
-    replicates = forms.IntegerField(
-        label="Independent swarms per tier (R)",
-        min_value=1,
-        max_value=MAX_REPLICATES,
-        help_text="nodes are spread over R swarms that share only among themselves (a swarm needs "
-        "2 or more nodes to share: plan 2R nodes per tier at least); the gain's interval compares "
-        "swarms with control seeds (with R = 1 the gain has no interval: one swarm's nodes share "
-        "a pool and are not independent)",
-    )
-    pool_retention = forms.ChoiceField(
-        label="Rollouts past the pool's window",
-        choices=[("archive", "archive: kept compressed, downloadable"), ("delete", "delete")],
-        required=False,  # a form posted without it (older clients): archive, the default
-        help_text="rollouts no pool draw can reach any more leave the live pool on a schedule: into "
-        "the campaign's archive (a compressed JSONL download for organizers) or deleted",
-    )
-    controls_isolated = forms.BooleanField(
-        label="Plain isolated control (I + J)/0",
-        required=False,
-        help_text="per tier, a node trained alone on I + J of its own groups, uniformly sampled (the "
-        "paper's 8/0 arm): controls for sharing as a whole",
-    )
-    controls_filtered = forms.BooleanField(
-        label="Filtered isolated control (I + J)/0-filtered: a sanity arm",
-        required=False,
-        help_text="the same, zero-advantage groups dropped. A sanity check only: with I + J of its "
-        "own I + J groups the filter can only delete groups that give no gradient anyway, so it "
-        "cannot differ much from the plain control",
-    )
-    controls_self_replay = forms.BooleanField(
-        label="Self-replay control I/J-self",
-        required=False,
-        help_text="I own groups of the round plus J replayed from the node's own recent groups (a "
-        "window as old as the pool's), both filtered: the same batch, curation and staleness as the "
-        "swarm without any other node; controls for curation plus reuse (needs J >= 1)",
-    )
-    controls_over_generation = forms.BooleanField(
-        label="Over-generation control (I + J)/0-dyn",
-        required=False,
-        help_text="alone, generating more questions (up to 2 (I + J)) until it has I + J groups with "
-        "an advantage (DAPO's dynamic sampling): the swarm's informative batch bought with more "
-        "generation; the dashboard shows its questions per round beside its reward",
-    )
-    controls_reference = forms.ChoiceField(
-        label="Headline control",
-        choices=[("", "automatic: the first control the campaign runs")]
-        + [(kind, CONTROL_KIND_LABELS[kind]) for kind in CONTROL_KINDS],
-        required=False,
-        help_text="the control the dashboard's headline gain is measured against (one the campaign "
-        "runs); the gain over every other control is shown beside it",
-    )
-    control_seeds = forms.IntegerField(
-        label="Control seeds per tier and arm",
-        min_value=0,
-        max_value=16,
-        help_text="independent runs of each control, for an interval; each is a Celery task for the whole campaign",
-    )
-    learning_rate = forms.FloatField(
-        label="Learning rate",
-        required=False,
-        max_value=MAX_LEARNING_RATE,
-        validators=[positive],
-        help_text="above 0; blank: each tier's default (1e-4 for the tiny tiers, 1e-5 for Qwen)",
-    )
-    eps_low = forms.FloatField(
-        label="Clip ε low",
-        min_value=0,
-        max_value=0.99,
-        help_text="PPO-style clip of the probability ratio below 1 - ε low (default 0.2)",
-    )
-    eps_high = forms.FloatField(
-        label="Clip ε high",
-        min_value=0,
-        max_value=10,
-        help_text="clip above 1 + ε high, at least ε low (default 0.28, DAPO's clip-higher)",
-    )
-    num_iterations = forms.IntegerField(
-        label="GRPO iterations per batch (μ)",
-        min_value=1,
-        max_value=16,
-        help_text="optimizer passes over each round's batch (default 1)",
-    )
-    max_new_tokens = forms.IntegerField(
-        label="Max new tokens",
-        min_value=1,
-        max_value=MAX_NEW_TOKENS,
-        help_text="the longest completion; a longer answer is cut and scored as it stands",
-    )
-    temperature = forms.FloatField(
-        label="Sampling temperature",
-        min_value=0.01,
-        max_value=10,
-        help_text="of the completions (default 1.0): lower is less varied, fewer groups with an advantage",
-    )
-    external_is_correction = forms.BooleanField(
-        label="Correct external rollouts for being off-policy",
-        required=False,
-        help_text="each same-tier external token weighted by min(π_receiver / π_generator, 3), truncated "
-        "importance sampling; workers then share their completions' token ids and log-probs (larger "
-        "records, workers of this version or later)",
+        help_text=SETTINGS["tiers"].description,
     )
     public = forms.BooleanField(
         label="Public page (anyone may watch)",
@@ -362,6 +269,20 @@ class CampaignForm(forms.Form):
         help_text="swarm-worker processes for this campaign on the coordinator's machine (demo coordinators)",
     )
 
+    # The page's order (the settings' fields, built below, go between tiers and public): the
+    # summary of problems lists them in this order, so its first is the first on the page.
+    field_order = [
+        "name",
+        "public",
+        "task_preset",
+        "custom_tasks",
+        "tiers",
+        "allow_unseen_tiers",
+        *FORM_SETTINGS,
+        "launch_now",
+        "local_workers",
+    ]
+
     def __init__(self, *args: Any, allow_local_workers: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.allow_local_workers = allow_local_workers
@@ -377,38 +298,17 @@ class CampaignForm(forms.Form):
         task_preset = next(
             (name for name, mix in TASK_PRESETS.items() if mix.to_json() == config.tasks), CUSTOM
         )
-        grpo = {**GRPO_DEFAULTS.to_json(), **config.grpo}
+        values = config.to_json()
+        values["grpo"] = {**GRPO_DEFAULTS, **config.grpo}
+        if "learning_rate" not in config.grpo:
+            values["grpo"]["learning_rate"] = None  # blank: each tier's default
         initial = {
             "name": f"{preset or 'campaign'} {timezone.now():%Y-%m-%d %H:%M}",
             "preset": preset,
             "task_preset": task_preset,
             "custom_tasks": tasks_to_text(config.tasks),
             "tiers": config.tiers,
-            "group_size": config.group_size,
-            "questions_per_round": config.questions_per_round,
-            "num_local": config.num_local,
-            "num_external": config.num_external,
-            "local_strategy": config.local_strategy,
-            "external_strategy": config.external_strategy,
-            "batch_rule": config.batch_rule,
-            "decay_rounds": config.decay_rounds,
-            "rounds": config.rounds,
-            "seed": config.seed,
-            "replicates": config.replicates,
-            "pool_retention": config.pool_retention,
-            "controls_isolated": config.controls.isolated,
-            "controls_filtered": config.controls.filtered,
-            "controls_self_replay": config.controls.self_replay,
-            "controls_over_generation": config.controls.over_generation,
-            "controls_reference": config.controls.reference,
-            "control_seeds": config.controls.seeds,
-            "learning_rate": config.grpo.get("learning_rate"),
-            "eps_low": grpo["eps_low"],
-            "eps_high": grpo["eps_high"],
-            "num_iterations": grpo["num_iterations"],
-            "max_new_tokens": config.max_new_tokens,
-            "temperature": grpo["temperature"],
-            "external_is_correction": grpo["external_importance_sampling_correction"],
+            **{name: _get(values, path) for name, path in FORM_SETTINGS.items()},
             "public": True,
             "launch_now": preset == "cpu-demo",
             "local_workers": 0,
@@ -432,47 +332,35 @@ class CampaignForm(forms.Form):
 
     # --- validation -------------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
-        """Every check whose fields are valid runs, so that all problems show at once, each next
-        to its field; CampaignConfig.validate() (which reports the first problem it meets) runs
-        last, on what passed the rest."""
+        """Every problem at once, each next to its field: the fields' own (their declarations),
+        the task lines, the tiers no worker can run, and CampaignConfig.check()'s rules between
+        settings, each where the fields it reads are valid (an invalid one keeps the preset's
+        value meanwhile, so that the others are still checked)."""
         data = super().clean()
-        for field, message in self._cross_field_errors(data):
-            self.add_error(field, message)
         tasks = self._tasks(data) if "task_preset" in data else None
         local = data.get("local_workers") or 0
         if "tiers" in data and (not data.get("allow_unseen_tiers") or local):
             for problem in tier_problems(data["tiers"], local):
                 self.add_error("tiers", problem)
-        if tasks is not None and not self.errors:
-            self.config = self._config(data, tasks)
+        preset = data.get("preset") or ""
+        base = CAMPAIGN_PRESETS[preset]() if preset in CAMPAIGN_PRESETS else CampaignConfig()
+        values = base.to_json()
+        invalid = {path for name, path in FORM_SETTINGS.items() if name in self.errors}
+        invalid |= {"tasks"} if tasks is None else set()
+        invalid |= {"tiers"} if "tiers" not in data else set()
+        if tasks is not None:
+            values["tasks"] = tasks
+        if "tiers" in data:
+            values["tiers"] = list(data["tiers"])
+        for name, path in FORM_SETTINGS.items():
+            if path not in invalid:
+                _store(values, path, data.get(name), base)
+        for problem in CampaignConfig.check(values):
+            if not invalid.intersection(problem.reads):
+                self.add_error(self._field_for(problem), problem.message)
+        if not self.errors:
+            self.config = CampaignConfig.from_json(values)
         return data
-
-    @staticmethod
-    def _cross_field_errors(data: dict[str, Any]) -> list[tuple[str, str]]:
-        """(field, message) for each rule between settings that the valid fields break."""
-
-        def have(*names: str) -> bool:
-            return all(data.get(name) is not None for name in names)
-
-        errors = []
-        if have("num_local", "num_external") and data["num_local"] + data["num_external"] == 0:
-            errors.append(("num_local", "I + J must be at least 1: a node must train on something"))
-        if have("num_local", "questions_per_round") and data["num_local"] > data["questions_per_round"]:
-            errors.append(
-                ("num_local", f"I cannot exceed the {data['questions_per_round']} questions per round")
-            )
-        seeds = data.get("control_seeds")
-        if data.get("controls_self_replay") and seeds and have("num_external") and data["num_external"] < 1:
-            errors.append(
-                (
-                    "controls_self_replay",
-                    "the self-replay control replays J groups of the node's own: it needs J >= 1 "
-                    "(with J = 0 the plain isolated control is the comparison)",
-                )
-            )
-        if have("eps_low", "eps_high") and data["eps_high"] < data["eps_low"]:
-            errors.append(("eps_high", "the upper clip ε must not be below the lower one"))
-        return errors
 
     def _tasks(self, data: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The task mix: the textarea is the one source of truth. With a preset chosen and its
@@ -494,69 +382,39 @@ class CampaignForm(forms.Form):
         data["task_preset"] = CUSTOM
         return tasks
 
-    def _config(self, data: dict[str, Any], tasks: list[dict[str, Any]]) -> CampaignConfig | None:
-        preset = data.get("preset") or ""
-        base = CAMPAIGN_PRESETS[preset]() if preset in CAMPAIGN_PRESETS else CampaignConfig()
-        # Only what differs from GRPOConfig's defaults (or the preset's own) is stored, so a
-        # preset posted unchanged is stored exactly as the preset defines it.
-        grpo = dict(base.grpo)
-        grpo.pop("learning_rate", None)
-        for key in ("eps_low", "eps_high", "num_iterations", "temperature"):
-            if key in base.grpo or data[key] != getattr(GRPO_DEFAULTS, key):
-                grpo[key] = data[key]
-        if data.get("learning_rate") is not None:
-            grpo["learning_rate"] = data["learning_rate"]
-        correction = "external_importance_sampling_correction"
-        if correction in base.grpo or data["external_is_correction"]:
-            grpo[correction] = data["external_is_correction"]
-        values = {
-            **base.to_json(),
-            "tasks": tasks,
-            "tiers": list(data["tiers"]),
-            "group_size": data["group_size"],
-            "questions_per_round": data["questions_per_round"],
-            "num_local": data["num_local"],
-            "num_external": data["num_external"],
-            "local_strategy": data["local_strategy"],
-            "external_strategy": data["external_strategy"],
-            "batch_rule": data["batch_rule"],
-            "decay_rounds": data["decay_rounds"],
-            "rounds": data["rounds"],
-            "seed": data["seed"],
-            "replicates": data["replicates"],
-            "pool_retention": data.get("pool_retention") or base.pool_retention,
-            "max_new_tokens": data["max_new_tokens"],
-            "grpo": grpo,
-            "controls": ControlsConfig(
-                isolated=data["controls_isolated"],
-                filtered=data["controls_filtered"],
-                seeds=data["control_seeds"],
-                self_replay=data["controls_self_replay"],
-                over_generation=data["controls_over_generation"],
-                self_window=base.controls.self_window,
-                reference=data["controls_reference"],
-            ),
-        }
-        try:
-            return CampaignConfig.from_json(values).validate()
-        except ConfigError as error:
-            self.add_error(self._field_for(error), error.message)
-            return None
-
     def _field_for(self, error: ConfigError) -> str | None:
-        """The form field a ConfigError is about (None: shown above the form)."""
-        if error.field == "tasks":
+        """The form field a problem is about (None: shown above the form)."""
+        if error.path == "tasks":
             return "custom_tasks" if self.cleaned_data.get("task_preset") == CUSTOM else "task_preset"
-        if error.field == "controls":
-            if "reference" in error.message:
-                return "controls_reference"
-            return "controls_self_replay" if "self-replay" in error.message else "control_seeds"
-        if error.field == "grpo":
-            for field in ("eps_low", "eps_high", "num_iterations", "temperature", "learning_rate"):
-                if field in error.message:
-                    return field
-            return None
-        return error.field if error.field in self.fields else None
+        if error.path == "tiers":
+            return "tiers"
+        return FORM_FIELDS.get(error.path)
+
+
+# The settings' fields, each built from its declaration.
+CampaignForm.base_fields.update({name: setting_field(SETTINGS[path]) for name, path in FORM_SETTINGS.items()})
+
+
+def _get(values: dict[str, Any], path: str) -> Any:
+    """The setting at ``path`` (``controls.seeds``) of settings ``values``."""
+    for key in path.split("."):
+        values = values[key]
+    return values
+
+
+def _store(values: dict[str, Any], path: str, value: Any, base: CampaignConfig) -> None:
+    """Set the setting at ``path`` of ``values`` to a form's value. Of GRPO's, only what differs
+    from GRPOConfig's defaults (or what the preset sets itself) is stored, so a preset posted
+    unchanged is stored exactly as the preset defines it; a blank optional field keeps the
+    default (the tier's learning rate, the preset's pool retention)."""
+    section, _, key = path.rpartition(".")
+    target = values[section] if section else values
+    if value is None or (value == "" and path in OPTIONAL):
+        if section == "grpo":
+            target.pop(key, None)
+        return
+    if section != "grpo" or key in base.grpo or value != GRPO_DEFAULTS[key]:
+        target[key] = value
 
 
 class TokenForm(forms.Form):

@@ -12,10 +12,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db.models import Avg
 
 from swarm_app.campaigns.broadcast import campaign_group
-from swarm_app.campaigns.models import Arm, ControlRun, RoundMetrics
+from swarm_app.campaigns.models import ControlRun, RoundMetrics
 from worker.shared.protocol import ErrorCode, ProtocolError, clean_metrics
 
 log = logging.getLogger(__name__)
@@ -45,54 +44,11 @@ def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetri
     """Store a worker's report for ``round`` under its verified reward; the caller announces it
     (the coordinator's consumer, in batches: a group send per report cost a hop from the database
     thread back to the event loop and several Redis operations while holding that thread)."""
-    from swarm_app.coordinator import sql
-    from swarm_app.coordinator.models import PoolRollout, WorkerNode
+    from swarm_app.coordinator.storage import store
 
-    cleaned = metrics  # validated at the boundary (protocol.MetricsReport): finite, bounded keys
-    agent = f"node:{node.node_id}"
-    if sql.is_postgres():
-        ((verified, row_id),) = sql.fetch(
-            sql.RECORD_NODE_METRICS,
-            {
-                "node": node.pk,
-                "round": round,
-                "campaign": node.campaign_id,
-                "tier": node.tier,
-                "agent": agent,
-                "metrics": sql.json_text(cleaned),
-            },
-        )
-        row = RoundMetrics(
-            id=row_id,
-            campaign_id=node.campaign_id,
-            arm=Arm.SWARM,
-            tier=node.tier,
-            agent=agent,
-            node_id=node.pk,
-            round=round,
-            reward=verified,
-            metrics=cleaned,
-        )
-    else:
-        verified = PoolRollout.objects.filter(node=node, round=round).aggregate(reward=Avg("mean_reward"))[
-            "reward"
-        ]
-        if verified is not None:
-            row, _ = RoundMetrics.objects.update_or_create(
-                campaign_id=node.campaign_id,
-                agent=agent,
-                round=round,
-                defaults={
-                    "arm": Arm.SWARM,
-                    "tier": node.tier,
-                    "node": node,
-                    "reward": verified,
-                    "metrics": cleaned,
-                },
-            )
-            WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
-            WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
-    if verified is None:
+    # ``metrics`` was validated at the boundary (protocol.MetricsReport): finite, bounded keys.
+    row = store().record_node_metrics(node, round, metrics)
+    if row is None:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE,
             f"metrics for round {round}: no verified rollouts of this node in that round",

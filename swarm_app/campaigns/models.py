@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.urls import reverse
 
@@ -49,6 +50,17 @@ class Campaign(models.Model):
     # Worker processes the web form started on the coordinator's own machine (demo campaigns).
     local_workers = models.IntegerField(default=0)
 
+    class VolunteerAccess(models.TextChoices):
+        OPEN = "open", "open: any signed-in volunteer makes their own tokens"
+        INVITE = "invite", "invite-only: volunteers need the invite link"
+
+    # Who may make their own worker tokens (swarm_app/volunteers/); organizers' tokens are
+    # unaffected. The invite link carries ``invite_code``; a new code ends the old link.
+    volunteer_access = models.CharField(
+        max_length=8, choices=VolunteerAccess.choices, default=VolunteerAccess.OPEN
+    )
+    invite_code = models.CharField(max_length=43, blank=True)
+
     class Meta:
         ordering = ["-created_at"]
 
@@ -61,6 +73,13 @@ class Campaign(models.Model):
     @property
     def settings(self) -> CampaignConfig:
         return CampaignConfig.from_json(self.config)
+
+    def clean(self) -> None:
+        """Every problem of the settings (CampaignConfig.check, the form's and the coordinator's
+        checks): the admin and any ModelForm store only settings the coordinator accepts."""
+        super().clean()
+        if problems := CampaignConfig.check(self.config):
+            raise ValidationError({"config": [f"{problem.path}: {problem.message}" for problem in problems]})
 
     @property
     def is_finished(self) -> bool:
@@ -175,6 +194,12 @@ class RoundAggregate(models.Model):
     metric_means = models.JSONField(
         default=dict, help_text="{key: mean across agents} of rollups.MECHANISM_KEYS (present ones)"
     )
+    # The arm's independent units this round: its seeds for a control (one agent each), its
+    # swarms for the swarm arm (the nodes of one swarm share a pool: each swarm counts once, by
+    # the mean over its nodes). The per-round difference's interval is drawn from these.
+    units = models.IntegerField(default=0, help_text="independent units that reported this round")
+    unit_mean = models.FloatField(null=True, help_text="mean over the units of each unit's mean reward")
+    unit_std = models.FloatField(null=True, help_text="population std across the units' mean rewards")
     source_id = models.BigIntegerField(db_index=True, help_text="largest RoundMetrics id included")
 
     class Meta:

@@ -5,7 +5,9 @@ Aggregating them per page view costs seconds (more with the JSON metrics the poo
 reading per-round aggregates costs milliseconds. So two small tables are maintained:
 
 * :class:`RoundAggregate` per (campaign, arm, tier, round): mean/std/min/max of the verified
-  reward across agents, and the means of the pool-related metrics;
+  reward across agents, the means of the pool-related metrics, and the mean and std across the
+  arm's independent units (a control's seeds; the swarm arm's swarms, each the mean over its
+  nodes);
 * :class:`AgentBlock` per (campaign, agent, block of BLOCK_ROUNDS rounds): the agent's reward
   sum, from which the summary's bootstrap over agents is drawn.
 
@@ -38,9 +40,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, IntegerField, Max, Min, Q, Sum
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce
 
-from swarm_app.campaigns.models import AgentBlock, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.models import AgentBlock, Arm, RoundAggregate, RoundMetrics
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +108,41 @@ AGGREGATE_FIELDS = [
     "local_used",
     "external_used",
     "metric_means",
+    "units",
+    "unit_mean",
+    "unit_std",
 ]
 BLOCK = ExpressionWrapper(F("round") / BLOCK_ROUNDS, output_field=IntegerField())
 
 
-def _round_objects(campaign_id: int, rows: Iterable[dict[str, Any]]) -> list[RoundAggregate]:
+def _swarm_units(queryset) -> dict[tuple[str, int], list[float]]:
+    """{(tier, round): [each swarm's mean reward over its nodes]} of the swarm arm's rows in
+    ``queryset`` (a row whose node is gone counts in swarm 0, as estimates.replicate_of does)."""
+    rows = (
+        queryset.filter(arm=Arm.SWARM)
+        .annotate(swarm=Coalesce("node__replicate", 0))
+        .values("tier", "round", "swarm")
+        .annotate(mean=Avg("reward"))
+        .order_by("tier", "round", "swarm")
+    )
+    units: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for row in rows:
+        units[(row["tier"], row["round"])].append(row["mean"])
+    return units
+
+
+def _round_objects(
+    campaign_id: int, rows: Iterable[dict[str, Any]], swarm_units: dict[tuple[str, int], list[float]]
+) -> list[RoundAggregate]:
     objects = []
     for row in rows:
         variance = max(0.0, row["reward_sq"] - row["reward_mean"] ** 2)
+        if row["arm"] == Arm.SWARM:
+            means = swarm_units.get((row["tier"], row["round"])) or [row["reward_mean"]]
+            units, unit_mean = len(means), sum(means) / len(means)
+            unit_std = math.sqrt(sum((m - unit_mean) ** 2 for m in means) / units)
+        else:  # a control's agents are its seeds
+            units, unit_mean, unit_std = row["agents"], row["reward_mean"], math.sqrt(variance)
         objects.append(
             RoundAggregate(
                 campaign_id=campaign_id,
@@ -129,6 +158,9 @@ def _round_objects(campaign_id: int, rows: Iterable[dict[str, Any]]) -> list[Rou
                 local_used=row["local_used"],
                 external_used=row["external_used"],
                 metric_means={key: row[alias] for key, alias in _ALIASES.items() if row[alias] is not None},
+                units=units,
+                unit_mean=unit_mean,
+                unit_std=unit_std,
                 source_id=row["source_id"],
             )
         )
@@ -221,7 +253,7 @@ def rebuild_campaign(campaign_id: int) -> None:
     """
     top = newest_row()
     rows = RoundMetrics.objects.filter(campaign_id=campaign_id, pk__lte=top)
-    round_objects = _round_objects(campaign_id, _round_rows(rows))
+    round_objects = _round_objects(campaign_id, _round_rows(rows), _swarm_units(rows))
     block_objects = _block_objects(campaign_id, _block_rows(rows))
     with transaction.atomic():
         _lock()
@@ -239,9 +271,9 @@ def _recompute(
     rows = RoundMetrics.objects.filter(campaign_id=campaign_id)
     objects = []
     for (arm, tier), numbers in rounds.items():
-        objects += _round_objects(
-            campaign_id, _round_rows(rows.filter(arm=arm, tier=tier, round__in=numbers))
-        )
+        touched = rows.filter(arm=arm, tier=tier, round__in=numbers)
+        units = _swarm_units(touched) if arm == Arm.SWARM else {}
+        objects += _round_objects(campaign_id, _round_rows(touched), units)
     _upsert_rounds(objects)
     block_objects = []
     for block, agents in blocks.items():

@@ -83,7 +83,13 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
     running sum of the per-round mean of ``generation/completions``; None from the first round
     without it: agents older than the metric).
 
-    rows: [(round, agents, mean, std, mean generation/completions or None)] by round.
+    ``units``, ``unit_mean`` and ``unit_std`` are the arm's independent units (a control's
+    seeds, the swarm's swarms: RoundAggregate.units), from which the page draws the interval of
+    the per-round difference between arms; a bucket's are the fewest units of its rounds and the
+    means of its rounds' unit mean and std.
+
+    rows: [(round, agents, mean, std, mean generation/completions or None, units, unit mean,
+    unit std)] by round.
     """
     out: dict[str, list] = {
         "round": [],
@@ -92,6 +98,9 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
         "agents": [],
         "cumulative": [],
         "completions": [],
+        "units": [],
+        "unit_mean": [],
+        "unit_std": [],
     }
     cumulative = 0.0
     completions: float | None = 0.0
@@ -99,7 +108,7 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
     for index, row in enumerate(rows):
         cumulative += row[2]
         completions = None if completions is None or row[4] is None else completions + row[4]
-        bucket.append((*row[:4], cumulative))
+        bucket.append(row)
         last = index == len(rows) - 1
         if last or rows[index + 1][0] // step != row[0] // step:
             weight = sum(item[1] for item in bucket)
@@ -108,14 +117,18 @@ def _series(rows: list[tuple], step: int) -> dict[str, list]:
             out["mean"].append(sum(item[1] * item[2] for item in bucket) / weight)
             out["std"].append(sum(item[1] * item[3] for item in bucket) / weight)
             out["agents"].append(round(weight / len(bucket), 2))
-            out["cumulative"].append(bucket[-1][-1])
+            out["cumulative"].append(cumulative)
+            out["units"].append(min(item[5] for item in bucket))
+            out["unit_mean"].append(sum(item[6] for item in bucket) / len(bucket))
+            out["unit_std"].append(sum(item[7] for item in bucket) / len(bucket))
             bucket = []
     return out
 
 
 def load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
     """{(tier, arm): [(round, agents, mean, std, zero_std, local_used, external_used,
-    completions)]} by round (completions: the mean over agents of generation/completions)."""
+    completions, units, unit_mean, unit_std)]} by round (completions: the mean over agents of
+    generation/completions; units: RoundAggregate.units)."""
     rows = (
         RoundAggregate.objects.filter(campaign=campaign)
         .annotate(completions=GENERATED_COMPLETIONS)
@@ -131,6 +144,9 @@ def load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
             "local_used",
             "external_used",
             "completions",
+            "units",
+            "unit_mean",
+            "unit_std",
         )
     )
     grouped: dict[tuple[str, str], list[tuple]] = defaultdict(list)
@@ -207,5 +223,5 @@ def reward_series(campaign: Campaign, grouped: dict, max_points: int = MAX_POINT
     step = downsample_step(longest, max_points)
     series: dict[str, dict[str, Any]] = {tier: {} for tier in tiers_of(campaign, grouped)}
     for (tier, arm), rows in grouped.items():
-        series[tier][arm] = _series([(r[0], r[1], r[2], r[3], r[7]) for r in rows], step)
+        series[tier][arm] = _series([(*r[0:4], *r[7:11]) for r in rows], step)
     return series, step

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Avg, Count, Q
+from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, Q
 
 from swarm_app.campaigns.estimates import (
     interval_note,
@@ -19,6 +19,7 @@ from swarm_app.campaigns.series import (
     GIB,
     tiers_of,
 )
+from swarm_app.core.names import node_label
 from worker.shared import stats
 
 # --- pool, workers, controls -----------------------------------------------------------------
@@ -28,7 +29,7 @@ def _pool_series(rows: list[tuple], step: int) -> dict[str, list]:
     """One tier's swarm rows -> per (downsampled) round: the share of zero-advantage groups
     among what it generated, and of external rollouts in what it actually trained on."""
     buckets: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, -1])
-    for number, agents, _mean, _std, zero, local_used, external_used, _completions in rows:
+    for number, agents, _mean, _std, zero, local_used, external_used, *_ in rows:
         bucket = buckets[number // step]
         if zero is not None:
             bucket[0] += zero * agents
@@ -63,7 +64,7 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
     # for API clients; the page shows the per-tier shares below).
     latest: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for rows in swarm.values():
-        for number, agents, _mean, _std, _zero, local_used, external_used, _completions in rows:
+        for number, agents, _mean, _std, _zero, local_used, external_used, *_ in rows:
             if local_used is not None and external_used is not None:
                 latest[number][0] += external_used * agents
                 latest[number][1] += (local_used + external_used) * agents
@@ -137,6 +138,7 @@ def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> li
         {
             "agent": f"node:{n.node_id}",
             "node": n.node_id,
+            "name": node_label(n.node_id, n.owner_name),
             "state": n.state,
             "connected": n.connected,
             "status": worker_status(n.state, n.connected, n.round, rounds),
@@ -147,7 +149,9 @@ def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> li
             "reward": n.last_reward,
             "rejected": n.rejected_submissions,
         }
-        for n in nodes.only(
+        # owner_name: the display name of the volunteer whose token runs the node (swarm_app/
+        # volunteers/, by relation: this module does not import that app).
+        for n in nodes.annotate(owner_name=F("token__owner__volunteer__display_name")).only(
             "node_id",
             "state",
             "connected",
@@ -159,6 +163,41 @@ def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> li
             "rejected_submissions",
         )
     ]
+
+
+# The order the workers box lists the statuses in (worker_status's words).
+STATUS_ORDER = [
+    "healthy",
+    "stale",
+    "healthy (disconnected)",
+    "stale (disconnected)",
+    "finished",
+    "offline",
+    "banned",
+]
+
+
+def worker_status_counts(campaign: Campaign) -> dict[str, int]:
+    """The campaign's nodes by what the workers table says of each (worker_status): every node
+    in exactly one status, so the counts add up to ``total`` (the workers box's words). One
+    grouped read of the node table."""
+    from swarm_app.coordinator.models import WorkerNode
+
+    rounds = int(campaign.config.get("rounds", 0))
+    rows = (
+        WorkerNode.objects.filter(campaign=campaign)
+        .annotate(done=ExpressionWrapper(Q(round__gte=max(rounds, 1)), output_field=BooleanField()))
+        .values_list("state", "connected", "done")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts: dict[str, int] = {}
+    for state, connected, done, n in rows:
+        status = worker_status(state, connected, rounds if done else 0, rounds)
+        counts[status] = counts.get(status, 0) + n
+    ordered = {key: counts.pop(key) for key in STATUS_ORDER if key in counts}
+    ordered.update(sorted(counts.items()))
+    return {"total": sum(ordered.values()), **ordered}
 
 
 def worker_counts(campaign: Campaign) -> dict[str, int]:

@@ -26,6 +26,7 @@ from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info, s
 from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
 from swarm_app.campaigns.models import Campaign
 from swarm_app.campaigns.rollups import refresh_rollups
+from swarm_app.core import join
 from worker import __version__
 from worker.shared.campaign import CAMPAIGN_PRESETS
 from worker.shared.questions import PRESETS as TASK_PRESETS
@@ -100,6 +101,14 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "allowed_actions": lifecycle.allowed_actions(campaign.state),
             "band": series.BAND,
             "agents": dashboard.agent_choices(campaign),
+            # "Join this campaign" (swarm_app/volunteers/): shown on open campaigns' pages.
+            "join": {
+                "open": campaign.public and campaign.volunteer_access == Campaign.VolunteerAccess.OPEN,
+                "install_line": join.install_line(),
+                "join_line": join.join_line(join.join_url(request), "<your token>"),
+                "public_url_set": join.public_url_set(),
+                "signup": settings.SWARM_VOLUNTEER_SIGNUP,
+            },
             "page_config": {
                 "id": campaign.pk,
                 "dashboard": reverse("api-dashboard", args=[campaign.pk]),
@@ -202,8 +211,14 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
             "secret": secret,
             # The address volunteers reach, from the setting; the browsing host only as a
             # fallback the page warns about (an organizer may browse a loopback or private name).
-            "join_url": settings.SWARM_PUBLIC_URL or request.build_absolute_uri("/"),
-            "public_url_set": bool(settings.SWARM_PUBLIC_URL),
+            "join_url": join.join_url(request),
+            "public_url_set": join.public_url_set(),
+            # Volunteers' own tokens: the invite link of an invite-only campaign (swarm_app/volunteers/).
+            "invite_link": join.absolute(
+                request, reverse("campaign-invite", args=[campaign.pk, campaign.invite_code])
+            )
+            if campaign.invite_code
+            else "",
         },
     )
     response["Cache-Control"] = "no-store"  # the page may hold a secret

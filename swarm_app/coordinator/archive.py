@@ -19,6 +19,14 @@ Rows are taken in batches of :data:`BATCH` (locked with SKIP LOCKED on PostgreSQ
 runs at once take different rows; SQLite runs one writer at a time). What the campaign's
 metrics export reads (RoundMetrics, RoundAggregate) is not touched: it stays complete.
 
+Leases go too (:func:`prune_leases`, the same run): a submitted or reissued lease (a final
+state) older than the grace, none of whose rollouts is left in the hot table. What one still
+served, the stored ack replayed for a repeated submit and the ``round_submitted`` answer to a
+node that asks again for a round it submitted, comes seconds after the submit (a worker that
+crashed after its ack), well inside the grace. Expired and released leases wait to be reissued
+and stay, as does every active one. Without this the lease table grew by about 6 KB a round
+(63 MB at 10,000 rounds, bench/pool_storage.py).
+
 The organizer's download (:func:`stream`) is the archive's rows, then the rollouts still in the
 hot table, as one gzip stream of every rollout of the campaign (multi-member gzip, which gzip,
 zcat and Python's gzip read as one): each rollout once, even when a run moves rows meanwhile.
@@ -38,15 +46,17 @@ import msgspec
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator import sql, telemetry
-from swarm_app.coordinator.models import PoolArchive, PoolRollout
+from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout
 
 log = logging.getLogger(__name__)
 
 BATCH = 2000  # rollouts per archive row (about 1 MB of gzip at the benchmark's record size)
+FINAL_LEASE_STATES = (Lease.State.SUBMITTED, Lease.State.REISSUED)
 PAGE = 500  # hot rollouts per page of the download
 FIELDS = (
     "sequence",
@@ -122,20 +132,51 @@ def archive_campaign(campaign: Campaign, now: datetime | None = None, grace: flo
     return moved
 
 
+def prune_leases(now: datetime | None = None, grace: float | None = None) -> int:
+    """Delete the leases nothing reads any more (see the module's docstring); returns how many."""
+    grace = settings.POOL_ARCHIVE_GRACE_SECONDS if grace is None else grace
+    before = (now or timezone.now()) - timedelta(seconds=grace)
+    done = Lease.objects.filter(state__in=FINAL_LEASE_STATES, issued_at__lt=before).exclude(
+        Exists(PoolRollout.objects.filter(lease=OuterRef("pk")))  # a cascade would take them along
+    )
+    pruned = 0
+    while ids := list(done.values_list("pk", flat=True)[:BATCH]):
+        with transaction.atomic():
+            # Checked again inside the delete: a rollout cannot appear for a final lease, but the
+            # cascade must never take one.
+            pruned += (
+                Lease.objects.filter(pk__in=ids)
+                .exclude(Exists(PoolRollout.objects.filter(lease=OuterRef("pk"))))
+                .delete()[1]
+                .get(Lease._meta.label, 0)
+            )
+    return pruned
+
+
+def _vacuum(*models: type) -> None:
+    """A plain VACUUM of the tables a run deleted from, on PostgreSQL (outside a transaction:
+    Celery's tasks run in autocommit), so that their space is reused."""
+    if not sql.is_postgres():
+        return
+    with connection.cursor() as cursor:
+        for model in models:
+            cursor.execute(f"VACUUM {connection.ops.quote_name(model._meta.db_table)}")
+
+
 def archive_all(now: datetime | None = None, grace: float | None = None) -> dict[int, int]:
-    """Every campaign's unreachable rollouts out of the hot table (beat's task); per campaign
-    with rollouts moved, how many."""
+    """Every campaign's unreachable rollouts out of the hot table, then the leases nothing reads
+    (beat's task); per campaign with rollouts moved, how many."""
     moved = {}
     for campaign in Campaign.objects.only("pk", "config", "rollout_sequence").order_by("pk"):
         count = archive_campaign(campaign, now, grace)
         if count:
             moved[campaign.pk] = count
-    if moved and sql.is_postgres():
-        table = connection.ops.quote_name(PoolRollout._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM {table}")  # outside a transaction (Celery: autocommit)
+    pruned = prune_leases(now, grace)
+    _vacuum(*([PoolRollout] if moved else []), *([Lease] if pruned else []))
     if moved:
         log.info("pool archive: %s", ", ".join(f"campaign {pk}: {n}" for pk, n in moved.items()))
+    if pruned:
+        log.info("pool archive: %d leases pruned", pruned)
     return moved
 
 

@@ -80,6 +80,35 @@ class Admission:
 ADMISSION = Admission()
 
 
+# Protocol 2 answers a round's follow-up inside the reply to its request; each pair below runs in
+# one trip to a database thread (one hand-off, one connection checkout).
+
+
+def submit_and_draw(
+    node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Any]
+) -> tuple[submissions.Submitted, list[dict[str, Any]]]:
+    """Store the submission, then the round's draw of J_r external groups (pool.py)."""
+    stored = submissions.submit(node, submission_id, lease_id, rollouts)
+    return stored, pool.sample_external(node.campaign_id, node.pk, stored.external_count())
+
+
+def report_and_lease(
+    node: WorkerNode, round: int, metrics: dict[str, Any], next_lease: bool
+) -> tuple[Any, protocol.Lease | UnsetType]:
+    """Store the round's metrics; with ``next_lease``, also the lease a lease_request for the
+    next round would get, or nothing when that would be an error (the campaign paused or done,
+    the node's rounds done, its token revoked): the worker then asks, and is told why."""
+    from swarm_app.campaigns.metrics import record_node_metrics
+
+    row = record_node_metrics(node, round, metrics)
+    if not next_lease:
+        return row, UNSET
+    try:
+        return row, leases.issue_lease(node, round + 1)
+    except ProtocolError:
+        return row, UNSET
+
+
 def _describe_process() -> None:
     """This process's database threads and busy threshold, for the scrape (idempotent)."""
     telemetry.DB_THREADS.set(database_threads())
@@ -183,22 +212,25 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             case protocol.LeaseRequest(round=round):
                 return await db(leases.issue_lease)(node, round)
             case protocol.Submit(submission_id=submission_id, lease_id=lease_id, rollouts=rollouts):
+                if self.version >= 2 and settings.POOL_SAMPLING != "celery":
+                    # The round's draw, as its sample_request would have had it, in the same
+                    # trip to a database thread as the submit (one hand-off and one connection
+                    # checkout a round fewer).
+                    stored, samples = await db(submit_and_draw)(node, submission_id, lease_id, rollouts)
+                    return protocol.SubmitAck(**stored.ack, samples=samples)
                 stored = await db(submissions.submit)(node, submission_id, lease_id, rollouts)
                 ack = protocol.SubmitAck(**stored.ack)
-                if self.version >= 2:  # the round's draw, as its sample_request would have had it
+                if self.version >= 2:  # drawn by a Celery worker (POOL_SAMPLING=celery)
                     ack.samples = await self._samples(node, stored.external_count())
                 return ack
             case protocol.SampleRequest(count=count):
                 return protocol.Samples(rollouts=await self._samples(node, count))
             case protocol.MetricsReport(round=round, metrics=metrics):
-                from swarm_app.campaigns.metrics import point, record_node_metrics
+                from swarm_app.campaigns.metrics import point
 
-                row = await db(record_node_metrics)(node, round, metrics)
+                row, next_lease = await db(report_and_lease)(node, round, metrics, self.version >= 2)
                 POINTS.add(node.campaign_id, point(row))
-                reply = protocol.MetricsAck(round=round)
-                if self.version >= 2:
-                    reply.next_lease = await self._next_lease(node, round + 1)
-                return reply
+                return protocol.MetricsAck(round=round, next_lease=next_lease)
             case protocol.Heartbeat():
                 state = await PRESENCE.campaign_state(node.campaign_id)  # no database round trip
                 return protocol.HeartbeatAck(campaign_state=state)
@@ -229,15 +261,6 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         for group in self._groups():
             await self.channel_layer.group_add(group, self.channel_name)
         return welcome
-
-    async def _next_lease(self, node: WorkerNode, round: int) -> protocol.Lease | UnsetType:
-        """The lease a lease_request for ``round`` would get, or nothing when it would be an
-        error (the campaign paused or done, the node's rounds done, its token revoked): the
-        worker then asks, and is told why."""
-        try:
-            return await db(leases.issue_lease)(node, round)
-        except ProtocolError:
-            return UNSET
 
     async def _samples(self, node: WorkerNode, count: int) -> list[Any]:
         """Up to ``count`` verified records of other nodes' rollouts (the pool's draw)."""

@@ -26,20 +26,18 @@ positions, insert the lease).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign, settings_from_text
-from swarm_app.coordinator import sql
-from swarm_app.coordinator.models import Lease, WorkerNode, WorkerToken
+from swarm_app.campaigns.models import Campaign
+from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
+from swarm_app.coordinator.storage import store
+from swarm_app.coordinator.storage.records import WAITING
 from worker.shared import protocol
-from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
 from worker.shared.questions import QuestionRef, TaskMix, question, ref_at
 
@@ -71,62 +69,10 @@ def lease_message(
     )
 
 
-@dataclass
-class LeaseRequestView:
-    """What a lease request is decided on: one read (see the module docstring)."""
-
-    campaign_name: str
-    campaign_state: str
-    config: CampaignConfig
-    node_state: str
-    token_revoked: bool  # the node's token, revoked since this connection's hello
-    held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
-    submitted_ack: dict[str, Any] | None  # the ack of this node's submission for the round
-    any_waiting: bool
-
-
-def _view(node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
-    if sql.is_postgres():
-        (row,) = sql.fetch(
-            sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
-        )
-        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, ack, any_waiting = row
-        held = (held_id, held_deadline, sql.from_json_text(held_refs)) if held_id is not None else None
-        submitted_ack = sql.from_json_text(ack) if ack is not None else None
-        return LeaseRequestView(
-            name, state, settings_from_text(config), node_state, revoked, held, submitted_ack, any_waiting
-        )
-    held_leases = Lease.objects.filter(node=node, round=round, state=Lease.State.ACTIVE, deadline__gte=now)
-    campaign = Campaign.objects.annotate(
-        held_pk=Subquery(held_leases.values("pk")[:1]),
-        any_waiting=Exists(Lease.objects.filter(_WAITING, campaign_id=OuterRef("pk"))),
-        node_state=Subquery(WorkerNode.objects.filter(pk=node.pk).values("state")[:1]),
-        token_banned=Exists(WorkerToken.objects.filter(pk=node.token_id, banned_at__isnull=False)),
-        token_revoked=Exists(WorkerToken.objects.filter(pk=node.token_id, revoked_at__isnull=False)),
-    ).get(pk=node.campaign_id)
-    held_lease = Lease.objects.filter(pk=campaign.held_pk).first() if campaign.held_pk else None
-    held = (held_lease.lease_id, held_lease.deadline, held_lease.questions) if held_lease else None
-    done = Lease.objects.filter(node=node, round=round, state=Lease.State.SUBMITTED).order_by("pk").first()
-    return LeaseRequestView(
-        campaign.name,
-        campaign.state,
-        campaign.settings,
-        WorkerNode.State.BANNED if campaign.token_banned else campaign.node_state,
-        campaign.token_revoked,
-        held,
-        done.ack if done is not None else None,
-        campaign.any_waiting,
-    )
-
-
-# Leases whose questions wait to be reissued (the partial index lease_waiting).
-_WAITING = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
-
-
 def issue_lease(node: WorkerNode, round: int) -> protocol.Lease:
     """This node's lease for ``round``: the one it already holds, a reissued one, or a new one."""
     now = timezone.now()
-    view = _view(node, round, now)
+    view = store().lease_view(node, round, now)
     if view.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
     if view.token_revoked:  # a connection opened before the revocation (its push may have been lost)
@@ -164,28 +110,7 @@ def issue_lease(node: WorkerNode, round: int) -> protocol.Lease:
     count = config.questions_per_round
     end = bump(Campaign, node.campaign_id, "next_question_position", count)
     refs = [ref_at(mix, config.seed, position).to_json() for position in range(end - count, end)]
-    if sql.is_postgres():
-        sql.execute(
-            sql.INSERT_LEASE,
-            {
-                "lease_id": lease_id,
-                "campaign": node.campaign_id,
-                "node": node.pk,
-                "round": round,
-                "questions": sql.json_text(refs),
-                "now": now,
-                "deadline": deadline,
-            },
-        )
-    else:
-        Lease.objects.create(
-            lease_id=lease_id,
-            campaign_id=node.campaign_id,
-            node=node,
-            round=round,
-            questions=refs,
-            deadline=deadline,
-        )
+    store().insert_lease(node, round, lease_id, refs, now, deadline)
     return lease_message(mix, lease_id, round, deadline, refs)
 
 
@@ -196,7 +121,7 @@ def _reissue(node: WorkerNode, round: int, lease_id: str, deadline: datetime) ->
         # claiming a lease holds its row, and must not be waited for.
         waiting = (
             Lease.objects.select_for_update(skip_locked=True)
-            .filter(_WAITING, campaign_id=node.campaign_id)
+            .filter(WAITING, campaign_id=node.campaign_id)
             .order_by("issued_at")
             .first()
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from swarm_app.campaigns.models import Campaign
@@ -34,6 +35,15 @@ class WorkerToken(models.Model):
     )
     banned_at = models.DateTimeField(null=True, blank=True)
     ban_reason = models.CharField(max_length=200, blank=True)
+    # The volunteer who made it on their own page (swarm_app/volunteers/); empty for tokens an
+    # organizer made. Its nodes' credit is the volunteer's.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="worker_tokens",
+    )
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.label or 'unlabelled'})"
@@ -68,8 +78,18 @@ class WorkerNode(models.Model):
     client_version = models.CharField(max_length=32, blank=True)
     generation_tokens_per_second = models.FloatField(default=0.0)
     round = models.IntegerField(default=0, help_text="the next round this node will run")
+    # Accepted submissions are the node's completed rounds (one lease, so one submission, per
+    # round). With accepted_rollouts and its NodeCredit's counters they are its credit
+    # (docs/volunteers.md): each is updated in the transaction that does the work it counts
+    # (submissions, pool draws), never recomputed from history, and none moves once the node is
+    # banned.
     accepted_submissions = models.IntegerField(default=0)
     rejected_submissions = models.IntegerField(default=0)
+    accepted_rollouts = models.IntegerField(default=0, help_text="verified groups accepted into the pool")
+    # How many drawn groups this node's next draw may credit to their nodes: its last accepted
+    # round's J (Submitted.external_count), spent by its draws. Draws beyond it (a worker asking
+    # again and again) still answer, but credit nobody.
+    draw_allowance = models.IntegerField(default=0)
     last_reward = models.FloatField(null=True, blank=True)
     connected = models.BooleanField(default=False)
     # The connection that said hello last (on any server): only its close marks the node
@@ -84,6 +104,26 @@ class WorkerNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id[:8]} ({self.tier}, {self.state})"
+
+
+class NodeCredit(models.Model):
+    """How many of a node's groups other nodes' draws gave them (its helpfulness, part of its
+    credit: docs/volunteers.md). A row of its own, not columns of the node: a draw credits
+    several nodes in one statement, and locks only these rows (in node order), never node rows
+    that other statements update many at a time in no set order (the presence flush, the
+    liveness sweep, a ban); on the node's row two draws and a flush deadlocked (bench/capacity.py
+    at 1,000 volunteers). Made with the node's first accepted submission."""
+
+    node = models.OneToOneField(
+        WorkerNode, on_delete=models.CASCADE, primary_key=True, related_name="helpfulness"
+    )
+    groups_drawn = models.IntegerField(default=0, help_text="its groups other nodes' draws gave them")
+    groups_drawn_informative = models.IntegerField(
+        default=0, help_text="of those, groups with a non-zero advantage"
+    )
+
+    def __str__(self) -> str:
+        return f"node {self.node_id}: {self.groups_drawn} groups drawn ({self.groups_drawn_informative} informative)"
 
 
 class Lease(models.Model):

@@ -20,53 +20,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
-
-from django.db import transaction
 
 from swarm_app.campaigns.models import Campaign
-from swarm_app.coordinator import sql
 from swarm_app.coordinator.database import db
 from swarm_app.coordinator.leases import expire_overdue
-from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.storage import store
 
 log = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 5.0
 STATE_SECONDS = 2.0
 
-FLUSH_SEEN = """
-UPDATE coordinator_workernode n
-SET last_seen = v.seen,
-    state = CASE WHEN n.state = 'banned' THEN n.state ELSE 'healthy' END,
-    connected = n.connected OR n.state = 'offline'
-FROM (SELECT unnest(%(ids)s::bigint[]) AS id, unnest(%(seen)s::timestamptz[]) AS seen) v
-WHERE n.id = v.id AND (n.last_seen IS NULL OR n.last_seen < v.seen)
-"""
-
 
 def flush_seen(seen: dict[int, float]) -> int:
     """Write last-seen times (node pk -> POSIX seconds); returns how many nodes were updated."""
     if not seen:
         return 0
-    if sql.is_postgres():
-        ids = list(seen)
-        stamps = [datetime.fromtimestamp(seen[pk], UTC) for pk in ids]
-        return sql.execute(FLUSH_SEEN, {"ids": ids, "seen": stamps})
-    updated = 0
-    with transaction.atomic():  # SQLite: a handful of local nodes
-        for pk, stamp in seen.items():
-            at = datetime.fromtimestamp(stamp, UTC)
-            node = WorkerNode.objects.filter(pk=pk).values_list("state", "connected", "last_seen").first()
-            if node is None or (node[2] is not None and node[2] >= at):
-                continue
-            state, connected, _ = node
-            updated += WorkerNode.objects.filter(pk=pk).update(
-                last_seen=at,
-                state=state if state == WorkerNode.State.BANNED else WorkerNode.State.HEALTHY,
-                connected=connected or state == WorkerNode.State.OFFLINE,
-            )
-    return updated
+    return store().flush_seen(seen)
 
 
 def read_campaign_state(campaign_pk: int) -> str:

@@ -32,7 +32,7 @@ def negotiate(versions: list[int]) -> int:
         raise ProtocolError(
             ErrorCode.UNSUPPORTED_VERSION,
             f"this coordinator speaks protocol versions {list(SUPPORTED_VERSIONS)}, the worker {versions}; "
-            "upgrade the worker (pip install -U swarm-sapo)",
+            "upgrade the worker (pip install -U 'swarm-sapo[worker]')",
         )
     return max(common)
 

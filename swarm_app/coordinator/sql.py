@@ -12,7 +12,8 @@ nothing is escaped in Python):
   the node already holds for the round (a reconnect) and whether any lease waits to be reissued.
 * :data:`SUBMISSION_VIEW`: one read for a submission: the lease, its campaign, the node's state,
   and any lease of this node that already carries the submission id (a replay).
-* :data:`SAMPLE_VIEW`, :data:`SAMPLE_CANDIDATES`, :data:`SAMPLE_RECORDS`: a pool draw.
+* :data:`SAMPLE_VIEW`, :data:`SAMPLE_CANDIDATES`, :data:`DRAW_RECORDS`: a pool draw (the last
+  also credits the drawn groups' nodes).
 * :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
   transaction): claim the lease if it is still active, count the node's submission, insert the
@@ -170,8 +171,17 @@ WITH claimed AS (
     WHERE id = %(lease)s AND state = 'active'
     RETURNING id
 ), counted AS (
-    UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1
-    WHERE id = %(node)s AND EXISTS (SELECT 1 FROM claimed)
+    UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1,
+                                      accepted_rollouts = accepted_rollouts + %(groups)s,
+                                      draw_allowance = %(allowance)s
+    WHERE id = %(node)s AND state <> 'banned' AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING id
+), credit_row AS (
+    -- The node's credit row (models.NodeCredit), made once; after the node's row is locked
+    -- (it reads "counted"), and an existing row is not locked at all (DO NOTHING).
+    INSERT INTO coordinator_nodecredit (node_id, groups_drawn, groups_drawn_informative)
+    SELECT id, 0, 0 FROM counted
+    ON CONFLICT (node_id) DO NOTHING
 )
 INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
                                      replicate, round, task, question_seed, question_index, record,
@@ -213,9 +223,60 @@ WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
 
 SAMPLE_RECORDS = "SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)"
 
+# A draw's records, with its credit (pool.py): the groups drawn, in the order chosen, credit their
+# nodes (NodeCredit: groups_drawn, and groups_drawn_informative for a non-zero advantage) up to
+# the asking node's draw_allowance, which they spend; banned nodes get nothing. Locks: the asking
+# node's row only when it has an allowance left (once a round), before anything else ("drawn"
+# reads "me"); then the drawn nodes' credit rows, in node order. Nothing that holds credit rows
+# waits for a node row, so no draw deadlocks with another or with the statements that update
+# many node rows in no set order (the presence flush, the liveness sweep, a ban): on the node
+# rows themselves, 10-15 draws a minute deadlocked with the flush at 1,000 volunteers.
+# "= ANY(ARRAY(...))" keeps both lookups on the primary keys (an "IN (subquery) OR" scanned
+# the node table).
+DRAW_RECORDS = """
+WITH me AS (
+    SELECT draw_allowance AS n FROM coordinator_workernode
+    WHERE id = %(node)s AND draw_allowance > 0 FOR UPDATE
+), spent AS (
+    UPDATE coordinator_workernode SET draw_allowance = GREATEST(0, draw_allowance - cardinality(%(ids)s::bigint[]))
+    WHERE id = %(node)s AND EXISTS (SELECT 1 FROM me)
+), drawn AS (
+    SELECT p.node_id, p.zero_advantage
+    FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS c(id, k)
+    JOIN coordinator_poolrollout p ON p.id = c.id
+    JOIN coordinator_workernode w ON w.id = p.node_id
+    WHERE c.k <= COALESCE((SELECT n FROM me), 0) AND p.node_id <> %(node)s AND w.state <> 'banned'
+), credited AS (
+    SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
+    FROM drawn GROUP BY node_id
+), locked AS (
+    SELECT node_id FROM coordinator_nodecredit
+    WHERE node_id = ANY(ARRAY(SELECT node_id FROM credited))
+    ORDER BY node_id FOR UPDATE
+), updated AS (
+    UPDATE coordinator_nodecredit r
+    SET groups_drawn = r.groups_drawn + c.groups,
+        groups_drawn_informative = r.groups_drawn_informative + c.informative
+    FROM locked l JOIN credited c ON c.node_id = l.node_id
+    WHERE r.node_id = l.node_id
+)
+SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)
+"""
+
 # A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts
 # that round, the report upserted (one per campaign, agent and round), the node moved on. No
 # row is written when the node has no rollouts that round (reward NULL).
+# Presence (presence.py): last-seen times of many nodes in one statement; a node the liveness beat
+# marked offline and that still talks is connected again, a banned one stays banned.
+FLUSH_SEEN = """
+UPDATE coordinator_workernode n
+SET last_seen = v.seen,
+    state = CASE WHEN n.state = 'banned' THEN n.state ELSE 'healthy' END,
+    connected = n.connected OR n.state = 'offline'
+FROM (SELECT unnest(%(ids)s::bigint[]) AS id, unnest(%(seen)s::timestamptz[]) AS seen) v
+WHERE n.id = v.id AND (n.last_seen IS NULL OR n.last_seen < v.seen)
+"""
+
 RECORD_NODE_METRICS = """
 WITH verified AS (
     SELECT avg(mean_reward) AS reward FROM coordinator_poolrollout

@@ -25,20 +25,15 @@ a transaction of four statements.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, NamedTuple
 
-import msgspec
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign, settings_from_text
-from swarm_app.coordinator import sql
 from swarm_app.coordinator.bans import ban_node
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
+from swarm_app.coordinator.storage import store
 from worker.shared.advantages import group_advantages
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
@@ -56,164 +51,10 @@ def _same_metadata(sent: Any, recorded: Any) -> bool:
     return sent == recorded or json.loads(json.dumps(sent)) == json.loads(json.dumps(recorded))
 
 
-def pool_record(rollout: Rollout) -> dict[str, Any]:
-    """``rollout.to_json()`` without its deep conversion of every list (a shallow copy).
-
-    The conversion is a large share of a submission's Python time, and the rollout is not used
-    after its record is stored. tests/coordinator/ checks that the two are equal.
-    """
-    data = msgspec.structs.asdict(rollout)
-    data["ref"] = rollout.ref.to_json()
-    if rollout.behaviour is None:
-        del data["behaviour"]
-    else:
-        data["behaviour"] = msgspec.structs.asdict(rollout.behaviour)
-    return data
-
-
 def _duplicate(submission_id: str, ack: dict[str, Any] | None) -> ProtocolError:
     return ProtocolError(
         ErrorCode.DUPLICATE_SUBMISSION, f"submission {submission_id} was already accepted", ack
     )
-
-
-@dataclass
-class LeaseView:
-    """What a submission is checked against: a lease, its campaign's config, the node's state."""
-
-    pk: int
-    lease_id: str
-    node_pk: int
-    state: str
-    deadline: datetime
-    round: int
-    questions: list[dict[str, Any]]
-    submission_id: str
-    ack: dict[str, Any] | None
-    campaign_pk: int
-    config: CampaignConfig
-    node_state: str
-
-
-def _find_leases(node: WorkerNode, submission_id: str, lease_id: str) -> list[LeaseView]:
-    """The lease ``lease_id`` and any lease of this node that already carries ``submission_id``.
-
-    At most two rows, as both are unique; one query.
-    """
-    if sql.is_postgres():
-        rows = sql.fetch(
-            sql.SUBMISSION_VIEW, {"node": node.pk, "lease_id": lease_id, "submission_id": submission_id}
-        )
-        return [
-            LeaseView(
-                *row[:6],
-                sql.from_json_text(row[6]),
-                row[7],
-                sql.from_json_text(row[8]) if row[8] is not None else None,
-                row[9],
-                settings_from_text(row[11]),
-                row[12],
-            )
-            for row in rows
-        ]
-    found = Lease.objects.select_related("campaign").filter(
-        Q(lease_id=lease_id) | Q(node_id=node.pk, submission_id=submission_id)
-    )[:2]
-    state, token_banned = WorkerNode.objects.values_list("state", "token__banned_at").get(pk=node.pk)
-    if token_banned is not None:  # as sql._NODE_STATE
-        state = WorkerNode.State.BANNED
-    return [
-        LeaseView(
-            row.pk,
-            row.lease_id,
-            row.node_id,
-            row.state,
-            row.deadline,
-            row.round,
-            row.questions,
-            row.submission_id,
-            row.ack,
-            row.campaign_id,
-            row.campaign.settings,
-            state,
-        )
-        for row in found
-    ]
-
-
-def _store(
-    node: WorkerNode, lease: LeaseView, submission_id: str, ack: dict[str, Any], rollouts: list[Rollout]
-) -> bool:
-    """Claim the lease and put the rollouts in the pool, all or nothing; False if not claimed."""
-    if sql.is_postgres():
-        # The pool's sequence numbers first, in a statement of their own: the campaign row, which
-        # every lease and submission of the campaign updates, stays locked for that statement
-        # only, not for the insert of the records and its commit (the top wait in
-        # pg_stat_statements at 1,000 volunteers). Numbers of a submission that is then not
-        # stored are skipped, never reused; the pool's window reads around the gaps.
-        last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
-        stored = sql.execute(
-            sql.STORE_SUBMISSION,
-            {
-                "submission_id": submission_id,
-                "ack": sql.json_text(ack),
-                "lease": lease.pk,
-                "node": node.pk,
-                "campaign": lease.campaign_pk,
-                "first": last - len(rollouts),
-                "tier": node.tier,
-                "replicate": node.replicate,
-                "round": lease.round,
-                "rows": sql.json_text(
-                    [
-                        {
-                            "position": position,  # 1, 2, ...: offset into the allocated range
-                            "rollout_id": r.rollout_id,
-                            "task": r.ref.task,
-                            "seed": r.ref.seed,
-                            "index": r.ref.index,
-                            "record": pool_record(r),
-                            "mean_reward": r.mean_reward,
-                            "zero_advantage": r.zero_advantage,
-                        }
-                        for position, r in enumerate(rollouts, start=1)
-                    ]
-                ),
-            },
-        )
-        return stored == len(rollouts)
-    with transaction.atomic():
-        # Claim the lease only if it is still active: the UPDATE locks the row, so of two
-        # racing connections of this node exactly one claims it; the other sees 0 rows.
-        claimed = Lease.objects.filter(pk=lease.pk, state=Lease.State.ACTIVE).update(
-            state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack
-        )
-        if not claimed:
-            return False
-        bump(WorkerNode, node.pk, "accepted_submissions", 1)
-        last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
-        PoolRollout.objects.bulk_create(
-            [
-                PoolRollout(
-                    campaign_id=lease.campaign_pk,
-                    sequence=last - len(rollouts) + 1 + offset,
-                    rollout_id=rollout.rollout_id,
-                    node_id=node.pk,
-                    lease_id=lease.pk,
-                    tier=node.tier,
-                    replicate=node.replicate,
-                    round=lease.round,
-                    task=rollout.ref.task,
-                    question_seed=rollout.ref.seed,
-                    question_index=rollout.ref.index,
-                    record=pool_record(rollout),
-                    mean_reward=rollout.mean_reward,
-                    zero_advantage=rollout.zero_advantage,
-                )
-                for offset, rollout in enumerate(rollouts)
-            ]
-        )
-    return True
 
 
 def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: str) -> ProtocolError:
@@ -258,7 +99,7 @@ class Submitted(NamedTuple):
 def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
     if not submission_id:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'submission_id': must not be empty")
-    found = _find_leases(node, submission_id, lease_id)
+    found = store().find_leases(node, submission_id, lease_id)
     lease = next((row for row in found if row.lease_id == lease_id), None)
     if lease is None:
         raise ProtocolError(ErrorCode.UNKNOWN_LEASE, f"no lease {lease_id}")
@@ -349,8 +190,11 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             # Nobody in this campaign corrects for it: not kept (it is most of a record's size),
             # and without it the record is the version 1 layout that every worker reads.
             rollout.behaviour, rollout.schema_version = None, 1
+    submitted = Submitted(ack, lease.round, config)
     try:
-        stored = _store(node, lease, submission_id, ack, rollouts)
+        stored = store().store_submission(
+            node, lease, submission_id, ack, rollouts, submitted.external_count()
+        )
     except IntegrityError:
         # A rollout id reused from an earlier submission: refuse rather than overwrite the pool.
         raise ProtocolError(
@@ -361,4 +205,4 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         if locked.state == Lease.State.SUBMITTED:
             raise _duplicate(locked.submission_id, locked.ack)
         raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
-    return Submitted(ack, lease.round, config)
+    return submitted

@@ -58,7 +58,7 @@ def authenticate(secret: str) -> WorkerToken:
     return token
 
 
-def revoke(token: WorkerToken) -> None:
+def revoke(token: WorkerToken, by: str = "the campaign's organizer") -> None:
     """Revoke ``token``: new hellos are refused, and its live connections are closed (error
     ``token_revoked``, close code 4001) within a second, on every ASGI server."""
     from swarm_app.coordinator.groups import end_sessions, token_group
@@ -66,5 +66,5 @@ def revoke(token: WorkerToken) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-    message = f"token {token.prefix}… was revoked by the campaign's organizer"
+    message = f"token {token.prefix}… was revoked by {by}"
     transaction.on_commit(lambda: end_sessions(token_group(token.pk), ErrorCode.TOKEN_REVOKED, message))

@@ -30,6 +30,7 @@ def test_the_admin_cannot_set_a_campaigns_state_or_counters(admin_client):
         {
             "name": "renamed",
             "public": "on",
+            "volunteer_access": "open",  # who may make their own tokens: the organizer's to set
             "state": Campaign.State.COMPLETED,
             "rollout_sequence": "999",
             "next_question_position": "999",

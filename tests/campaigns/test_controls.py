@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -169,20 +170,44 @@ def test_a_paused_control_waits_heartbeating_and_a_stopped_one_exits(transaction
     assert run.state == "stopped" and run.claimed_by == "" and 2 <= run.round < 50
 
 
-def test_a_crashing_control_fails_the_campaign_with_its_reason(transactional_db, checkpoints, monkeypatch):
+def test_a_crashing_control_fails_the_campaign_with_its_reason(transactional_db, checkpoints):
+    """The training process's own error reaches the campaign: a damaged checkpoint."""
     campaign = tiny_campaign(3)
     run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="filtered", seed=0)
-
-    def broken(run, campaign):
-        raise RuntimeError("no model for you")
-
-    monkeypatch.setattr(controls, "build_agent", broken)
+    path = controls.checkpoint_path(run)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a checkpoint")
     assert controls.run_control(run.pk, "owner") == "failed"
     run.refresh_from_db()
     campaign.refresh_from_db()
-    assert run.state == "failed" and "no model for you" in run.error
+    assert run.state == "failed" and "agent.load(spec.checkpoint)" in run.error  # its traceback
     assert campaign.state == Campaign.State.FAILED
-    assert campaign.failure_reason == "control filtered/tiny-1m/seed 0 failed: RuntimeError: no model for you"
+    assert campaign.failure_reason == (
+        "control filtered/tiny-1m/seed 0 failed: UnpicklingError: invalid load key, 'n'."
+    )
+    assert not RoundMetrics.objects.filter(campaign=campaign).exists()
+
+
+def test_a_control_without_the_worker_packages_fails_with_the_install_line(
+    transactional_db, checkpoints, settings, tmp_path
+):
+    """A coordinator installed without the worker extra: the control's process says what to
+    install instead of a bare traceback (a Python whose torch import fails stands in for it)."""
+    shadow = tmp_path / "no-torch"
+    shadow.mkdir()
+    (shadow / "torch.py").write_text("raise ImportError('torch is not installed here')\n")
+    python = tmp_path / "python-without-torch"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={shadow} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    settings.CONTROL_PYTHON = str(python)
+    campaign = tiny_campaign(3)
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    assert controls.run_control(run.pk, "owner") == "failed"
+    campaign.refresh_from_db()
+    assert campaign.failure_reason.startswith(
+        "control isolated/tiny-1m/seed 0 failed: ImportError: torch is not installed here: "
+    )
+    assert "pip install 'swarm-sapo[worker]'" in campaign.failure_reason
 
 
 # --- on a real Celery worker --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from tests.coordinator.helpers import in_thread
 from worker.shared import stats
 from worker.shared.campaign import CampaignConfig
 
@@ -51,6 +52,8 @@ def add_rows(campaign: Campaign, arm: str, tier: str, agents: list[str], rounds:
         for agent in agents
         for number in rounds
     )
+    for node in WorkerNode.objects.filter(campaign=campaign):  # as the coordinator stores them
+        RoundMetrics.objects.filter(campaign=campaign, agent=f"node:{node.node_id}").update(node=node)
 
 
 def add_nodes(campaign: Campaign, tier: str, swarms: dict[str, int]) -> None:
@@ -352,6 +355,9 @@ def test_the_compute_axis_is_completions_generated_per_agent(db):
             "mean": 0.5,
             "std": 0.0,
             "completions": 96.0,
+            "units": 1,
+            "unit_mean": 0.5,
+            "unit_std": 0.0,
         }
     ]
 
@@ -418,6 +424,36 @@ def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     assert small["gains"]["isolated"]["note"] == "one swarm: no interval for the gain"
     # No baseline arm at all: no gain, no words.
     assert small["gains"]["filtered"] == {"value": None, "low": None, "high": None, "n": [1, 0], "note": None}
+
+
+def test_the_per_round_difference_counts_swarms_and_seeds_not_nodes(db):
+    """The series the paired-difference chart draws from: per round, the swarm arm's units are
+    its swarms (the mean over each swarm's nodes), a control's its seeds; so two swarms of two
+    nodes give n = 2 and the spread of the two swarm means, not n = 4 and the nodes' spread,
+    in the page's series, its live points and through an incremental refresh."""
+    campaign = make_campaign(replicates=2)
+    nodes = {"node:a0": 0.5, "node:a1": 0.7, "node:b0": 0.3, "node:b1": 0.5}  # swarm means 0.6, 0.4
+    add_nodes(campaign, "tiny-1m", {"node:a0": 0, "node:a1": 0, "node:b0": 1, "node:b1": 1})
+    add_rows(campaign, "swarm", "tiny-1m", list(nodes), range(3), lambda a, r: nodes[a])
+    add_rows(campaign, "isolated", "tiny-1m", ["control:1", "control:2", "control:3"], range(3), noisy)
+    payload = dashboard.dashboard_payload(campaign)
+    swarm = payload["series"]["tiny-1m"]["swarm"]
+    assert swarm["agents"] == [4, 4, 4] and swarm["units"] == [2, 2, 2]
+    assert swarm["unit_mean"] == pytest.approx([0.5] * 3)
+    assert swarm["unit_std"] == pytest.approx([0.1] * 3)  # the two swarm means, not the four nodes
+    assert swarm["std"] == pytest.approx([np.std(list(nodes.values()))] * 3)
+    isolated = payload["series"]["tiny-1m"]["isolated"]
+    assert isolated["units"] == [3, 3, 3]
+    seeds = [noisy(f"control:{i}", 0) for i in (1, 2, 3)]
+    assert (isolated["unit_mean"][0], isolated["unit_std"][0]) == pytest.approx(
+        (np.mean(seeds), np.std(seeds))
+    )
+    # A new round through the incremental refresh, and its live point.
+    add_rows(campaign, "swarm", "tiny-1m", list(nodes), range(3, 4), lambda a, r: nodes[a] + 0.1)
+    rollups.refresh_rollups()
+    (point,) = dashboard.points(campaign.pk, {("tiny-1m", "swarm", 3)})
+    assert (point["agents"], point["units"]) == (4, 2)
+    assert (point["unit_mean"], point["unit_std"]) == pytest.approx((0.6, 0.1))
 
 
 def test_the_external_share_is_shown_per_tier_with_its_interval_and_n(db):
@@ -520,6 +556,7 @@ def test_pool_panel_and_workers_table(db):
     assert worker == {
         "agent": "node:abc",
         "node": "abc",
+        "name": "worker · abc",
         "state": "healthy",
         "connected": True,
         "status": "healthy",
@@ -577,7 +614,7 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
         await asyncio.sleep(0.5)
         for number in range(3):
             stored = time.time()
-            await asyncio.to_thread(record, run, number, {"reward": 0.1 * number, "loss": 0.0})
+            await in_thread(record, run, number, {"reward": 0.1 * number, "loss": 0.0})
             message = await next_of(ws, "points")
             latencies.append(time.time() - stored)
             assert message["points"] == [
@@ -589,6 +626,9 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
                     "mean": pytest.approx(0.1 * number),
                     "std": 0.0,
                     "completions": None,  # this report has no generation/completions
+                    "units": 1,
+                    "unit_mean": pytest.approx(0.1 * number),
+                    "unit_std": 0.0,
                 }
             ]
             assert message["agents"] == [
@@ -596,7 +636,7 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
             ]
         # A burst of reports becomes a few pushes of aggregates, not one message per report.
         for number in range(3, 23):
-            await asyncio.to_thread(record, run, number, {"reward": 0.5})
+            await in_thread(record, run, number, {"reward": 0.5})
         seen: set[int] = set()
         pushes = 0
         while len(seen) < 20:

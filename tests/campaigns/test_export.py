@@ -137,6 +137,13 @@ def test_the_export_carries_the_new_arms_and_their_mechanism_metrics(anonymous):
     assert all(key in rounds["dyn"] for key in MECHANISM_KEYS) and "metric_means" not in rounds["dyn"]
     assert rounds["dyn"]["generation/questions"] == "7.0" and rounds["dyn"]["grad_norm_clipped"] == "0.5"
     assert rounds["self"]["batch/external_age"] == "1.5" and rounds["self"]["generation/questions"] == ""
+    # The independent units come after every older column (a control's: its one seed).
+    assert rounds_csv.splitlines()[0].endswith(",".join([*MECHANISM_KEYS, "units", "unit_mean", "unit_std"]))
+    assert (rounds["dyn"]["units"], rounds["dyn"]["unit_mean"], rounds["dyn"]["unit_std"]) == (
+        "1",
+        "0.2",
+        "0.0",
+    )
     body = anonymous.get(url, {"format": "json", "level": "round", "arm": "dyn"}).json()
     assert body["rows"][0]["metric_means"] == {
         "generation/questions": 7.0,

@@ -156,7 +156,8 @@ INVALID = [
     ({"max_new_tokens": "0"}, "max_new_tokens", "greater than or equal to 1"),
     ({"learning_rate": "-1"}, "learning_rate", "must be above 0"),
     ({"learning_rate": "0"}, "learning_rate", "must be above 0"),
-    ({"learning_rate": "1000000"}, "learning_rate", "less than or equal to 1.0"),  # was stored (#28)
+    # 1e6 was stored (#28); the bound is 1e-2, 100x the tiers' largest default
+    ({"learning_rate": "1000000"}, "learning_rate", "less than or equal to 0.01"),
     (
         {"task_preset": "custom", "custom_tasks": "chain_sum 1 max_digits=5000 max_terms=2000"},
         "custom_tasks",

@@ -4,6 +4,10 @@ refused request must leave unchanged, and small session helpers."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout
@@ -74,6 +78,21 @@ async def submit_round(s: RawSession, node_id: str, mix: TaskMix, round: int = 0
 
 def run(coro):
     return asyncio.run(coro)
+
+
+async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A blocking database call from a scenario's event loop (Django refuses it there), in an
+    executor thread that closes its connection afterwards: on PostgreSQL a pooled connection left
+    open in a thread is never returned, and a few tests' worth ran the test process's pool dry
+    (PoolTimeout in whichever test came next)."""
+
+    def call() -> Any:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(call)
 
 
 async def connected(ready, name="node-a") -> RawSession:

@@ -8,17 +8,19 @@ import asyncio
 import gzip
 import json
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.celery import app as celery_app
 from swarm_app.coordinator import archive
-from swarm_app.coordinator.models import PoolArchive, PoolRollout
+from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout
 from swarm_app.coordinator.tasks import archive_pool
 from swarm_app.coordinator.tokens import create_token
 from tests.coordinator.helpers import G, run, submit_round
@@ -154,6 +156,49 @@ def test_a_campaign_that_says_delete_keeps_only_the_window(transactional_db):
 
     lines = gzip.decompress(b"".join(asyncio.run(everything()))).splitlines()
     assert [json.loads(text)["sequence"] for text in lines] == list(range(19, 31))
+
+
+def test_leases_nothing_reads_leave_and_the_others_stay(transactional_db):
+    """Submitted and reissued leases older than the grace whose rollouts have all left the hot
+    table are deleted. A lease with a rollout still in the window, a recent one, and expired,
+    released or active ones (waiting to be reissued, or live) stay, and so does every rollout
+    still in the window (a lease's rollouts would go with it: a cascade)."""
+    config = CampaignConfig(pool_window=12, pool_retention="delete").validate()
+    campaign = Campaign.objects.create(name="leases", state=Campaign.State.RUNNING, config=config.to_json())
+    nodes = make_pool(campaign, nodes=3, per_node=10)  # leases l0, l1, l2: sequences 1-10, 11-20, 21-30
+    old = timezone.now() - timedelta(hours=2)
+    for state in Lease.State.values:
+        Lease.objects.create(
+            lease_id=f"x-{state}",
+            campaign=campaign,
+            node=nodes[0],
+            round=1,
+            questions=[],
+            deadline=old,
+            state=state,
+        )
+    Lease.objects.filter(campaign=campaign).update(issued_at=old)
+    PoolRollout.objects.filter(campaign=campaign).update(created_at=old)
+    Lease.objects.create(
+        lease_id="recent",
+        campaign=campaign,
+        node=nodes[1],
+        round=2,
+        questions=[],
+        deadline=old,
+        state="submitted",
+    )
+    assert archive.archive_all(grace=3600) == {campaign.pk: 18}  # the window keeps 19-30
+    assert sorted(Lease.objects.filter(campaign=campaign).values_list("lease_id", flat=True)) == [
+        "l1",  # rollouts 19 and 20 are in the window
+        "l2",
+        "recent",
+        "x-active",
+        "x-expired",
+        "x-released",
+    ]
+    assert PoolRollout.objects.filter(campaign=campaign).count() == 12
+    assert archive.prune_leases(grace=3600) == 0  # nothing more: runs are idempotent
 
 
 def test_the_grace_keeps_recent_rollouts_whatever_the_window(transactional_db):

@@ -12,7 +12,7 @@ import websockets
 
 from swarm_app.coordinator.models import PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import create_token
-from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, run
+from tests.coordinator.helpers import G, connected, expect_error, honest_rollouts, in_thread, run
 from tests.wsclient import RawSession
 
 
@@ -117,7 +117,7 @@ def test_a_node_registered_under_a_banned_token_gets_no_lease(ready, campaign):
 
     async def session():
         s = await connected(ready, "node-late")
-        await asyncio.to_thread(
+        await in_thread(
             WorkerToken.objects.filter(campaign=campaign).update, banned_at="2026-01-01T00:00:00Z"
         )
         return await s.request("lease_request", round=0)

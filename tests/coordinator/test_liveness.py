@@ -16,7 +16,7 @@ from django.db import connection, transaction
 
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.presence import FLUSH_SECONDS
-from tests.coordinator.helpers import connected, expect_error, honest_rollouts, run
+from tests.coordinator.helpers import connected, expect_error, honest_rollouts, in_thread, run
 from tests.servers import asgi_server, free_port, kill, redis_cli, start_redis
 from tests.wsclient import RawSession
 
@@ -118,7 +118,7 @@ def test_a_node_that_crashed_after_its_submit_ack_gets_no_second_lease(ready, ca
         )
         await s.ws.close()  # the process dies here
         again = await connected(ready, "node-a")
-        welcome_round = await asyncio.to_thread(lambda: WorkerNode.objects.get(node_id="node-a").round)
+        welcome_round = await in_thread(lambda: WorkerNode.objects.get(node_id="node-a").round)
         replay = await again.request("lease_request", round=welcome_round)
         metrics = await again.request("metrics", round=welcome_round, metrics={"resumed_submitted": 1.0})
         following = await again.request("lease_request", round=welcome_round + 1)
@@ -149,10 +149,10 @@ def test_three_hundred_workers_closed_at_once_leave_no_node_connected(campaign, 
             )
             assert all(r["type"] == "welcome" for r in replies), replies
             sessions += batch
-        connected_before = await asyncio.to_thread(WorkerNode.objects.filter(connected=True).count)
+        connected_before = await in_thread(WorkerNode.objects.filter(connected=True).count)
         await asyncio.gather(*(s.ws.close() for s in sessions))
         deadline = time.monotonic() + 30
-        while (left := await asyncio.to_thread(WorkerNode.objects.filter(connected=True).count)) > 0:
+        while (left := await in_thread(WorkerNode.objects.filter(connected=True).count)) > 0:
             if time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)

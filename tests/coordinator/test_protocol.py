@@ -24,6 +24,7 @@ from tests.coordinator.helpers import (
     connected,
     expect_error,
     honest_rollouts,
+    in_thread,
     run,
     stored_state,
     submit_round,
@@ -183,7 +184,7 @@ def test_revoking_a_token_ends_its_live_sessions_within_a_second(ready, campaign
     async def session():
         a, b = await connected(ready, "node-a"), await connected(ready, "node-b")
         started = time.monotonic()
-        await asyncio.to_thread(revoke, token)
+        await in_thread(revoke, token)
         ended = []
         for s in (a, b):
             pushed = json.loads(await asyncio.wait_for(s.ws.recv(), timeout=5))
@@ -206,9 +207,7 @@ def test_a_revocation_whose_push_was_lost_still_stops_leases(ready, campaign):
 
     async def session():
         s = await connected(ready, "node-a")
-        await asyncio.to_thread(
-            WorkerToken.objects.filter(campaign=campaign).update, revoked_at=timezone.now()
-        )
+        await in_thread(WorkerToken.objects.filter(campaign=campaign).update, revoked_at=timezone.now())
         reply = await s.request("lease_request", round=1)
         with pytest.raises(websockets.ConnectionClosed) as closed:
             await asyncio.wait_for(s.ws.recv(), timeout=5)
@@ -303,10 +302,7 @@ def test_replayed_and_late_submissions(ready, campaign):
         await s.close()
         # The coordinator's sweep (presence.py, every FLUSH_SECONDS) puts it back in line.
         deadline = time.monotonic() + 3 * FLUSH_SECONDS
-        while (
-            await asyncio.to_thread(lambda: Lease.objects.get(lease_id=lease_b["lease_id"]).state)
-            != "expired"
-        ):
+        while await in_thread(lambda: Lease.objects.get(lease_id=lease_b["lease_id"]).state) != "expired":
             assert time.monotonic() < deadline, "the overdue lease was never marked expired"
             await asyncio.sleep(0.2)
         a = await connected(ready, "node-a")
@@ -431,7 +427,7 @@ def test_concurrent_first_hellos_of_one_node_register_it_once(ready, campaign):
 def test_coordinator_pool_records_match_the_worker_definition():
     """The coordinator's faster pool records equal Rollout.to_json (the scoring is one function,
     worker.shared.rewards.rewards, on both sides)."""
-    from swarm_app.coordinator.submissions import pool_record
+    from swarm_app.coordinator.storage.records import pool_record
     from worker.shared.questions import TaskSpec, preset, question, ref_at
     from worker.shared.rollout import Behaviour
 

@@ -21,6 +21,7 @@ drives the system chromium (no `playwright install`, which would download browse
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -344,6 +345,7 @@ def seed_campaign(rounds: int = 10, replicates: int = 2) -> Campaign:
     )
     token, _ = create_token(campaign)
     agents: list[tuple[str, str, str, float]] = []  # (arm, tier, agent, reward)
+    nodes: dict[str, WorkerNode] = {}  # agent: its node (the coordinator links each report to it)
     for tier, count in (("tiny-1m", 4), ("tiny-5m", 1)):
         for i in range(count):
             node = WorkerNode.objects.create(
@@ -355,6 +357,7 @@ def seed_campaign(rounds: int = 10, replicates: int = 2) -> Campaign:
                 replicate=i % replicates,
             )
             agents.append(("swarm", tier, f"node:{node.node_id}", 0.5 + 0.04 * i))
+            nodes[f"node:{node.node_id}"] = node
     for tier, arm, seeds in (
         ("tiny-1m", "isolated", 3),
         ("tiny-1m", "filtered", 1),
@@ -378,6 +381,7 @@ def seed_campaign(rounds: int = 10, replicates: int = 2) -> Campaign:
             arm=arm,
             tier=tier,
             agent=agent,
+            node=nodes.get(agent),
             round=number,
             reward=reward,
             # Node i of a tier trains on i + 1 external rollouts of 10; a self-replay seed on 4 of
@@ -444,6 +448,7 @@ def test_honest_numbers_completion_and_disconnection(transactional_db, page, tmp
         assert status.startswith("Campaign completed") and "Live." not in status, status
         assert page.inner_text("#state") == "completed"
         check_summary(page)
+        check_differences(page)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard-completed-1280.png"), full_page=True)
 
@@ -506,15 +511,17 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
         gain = summary_cell(page, "tiny-1m", "td[data-gain=isolated]")
         assert gain == "+40.0 % one swarm: no interval for the gain n=1 vs 3", gain
         # The paired-difference chart: swarm minus each control per settled round (rounds 0..6
-        # here), 0.56 - 0.40 against plain isolated, with a band (n = 4 vs 3); none against the
-        # one filtered seed.
+        # here), 0.56 - 0.40 against plain isolated; no band: its 4 nodes are one swarm, so the
+        # difference has no interval, as the gain has none (n = 1 swarm vs 3 seeds).
         differences = (
             "() => Object.fromEntries(document.getElementById('difference-tiny-1m').data"
             ".filter((t) => t.meta && t.meta.difference).map((t) => [t.meta.difference, t.x]))"
         )
         bands = "() => document.getElementById('difference-tiny-1m').data.filter((t) => t.name.endsWith(' band')).map((t) => t.name)"
         assert page.evaluate(differences)["isolated"] == list(range(7))
-        assert page.evaluate(bands) == ["isolated band", "isolated band", "self band", "self band"]
+        assert page.evaluate(bands) == []
+        counts = "() => document.getElementById('difference-tiny-1m').data.find((t) => t.meta && t.meta.difference === 'isolated').customdata[0]"
+        assert page.evaluate(counts) == "1 swarm vs 3 seeds"
         values = page.evaluate(
             "() => document.getElementById('difference-tiny-1m').data.find((t) => t.meta && t.meta.difference === 'isolated').y"
         )
@@ -536,6 +543,27 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
         page.select_option("#x-axis", "round")
         assert page.evaluate(line_end % "cumulative") == 9 and page.evaluate(title) == "round"
     assert not page.evaluate("window.swarmDashboard.errors")
+
+
+def check_differences(page) -> None:
+    """The seeded campaign's per-round differences (R = 2): the swarm's units are its 2 swarms
+    (nodes 0, 2 and nodes 1, 3), so the differences against the 3 isolated and the 2 self-replay
+    seeds have a band, the one filtered seed's none."""
+    chart = "document.getElementById('difference-tiny-1m').data"
+    bands = f"() => {chart}.filter((t) => t.name.endsWith(' band')).map((t) => t.name)"
+    assert page.evaluate(bands) == ["isolated band", "isolated band", "self band", "self band"]
+    counts = f"() => Object.fromEntries({chart}.filter((t) => t.meta && t.meta.difference).map((t) => [t.meta.difference, t.customdata[0]]))"
+    assert page.evaluate(counts) == {
+        "isolated": "2 swarms vs 3 seeds",
+        "filtered": "2 swarms vs 1 seed",
+        "self": "2 swarms vs 2 seeds",
+    }
+    # The band's half-width from the two swarm means (0.54, 0.58) and the 3 seeds (0.35, 0.40,
+    # 0.45): 1.96 sqrt(s²/2 + s'²/3), s² the sample variances.
+    low = f"() => {chart}.find((t) => t.name === 'isolated band').y[0]"
+    swarm_variance, seed_variance = 2 * 0.02**2 / (2 - 1), 2 * 0.05**2 / (3 - 1)
+    half = 1.96 * math.sqrt(swarm_variance / 2 + seed_variance / 3)
+    assert page.evaluate(low) == pytest.approx(0.56 - 0.40 - half)
 
 
 def check_summary(page) -> None:

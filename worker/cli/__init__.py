@@ -7,6 +7,8 @@ swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #2
 swarm-worker study-report [JSON]    write its markdown report and plots
 swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
 swarm-worker heterogeneous          two model sizes in one pool vs a pool per size vs alone (#29)
+swarm-worker campaign-config        a campaign's settings from a preset and flags, checked, as JSON
+swarm-worker control                one isolated control of a campaign (the coordinator starts it)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 from worker import __version__
-from worker.cli import heterogeneous
+from worker.cli import campaign, control, heterogeneous
 from worker.cli import study as study_commands
 from worker.cli.defaults import fill_defaults, formatter
 
@@ -385,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     study_commands.add_parsers(sub)
     heterogeneous.add_parser(sub)
+    control.add_parser(sub)
+    campaign.add_parser(sub)
     return parser
 
 

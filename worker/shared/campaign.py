@@ -4,21 +4,24 @@ The coordinator stores it (validated) with the campaign and sends it to each wor
 welcome message; the worker builds its :class:`~worker.shared.config.AgentConfig` from it. It
 lives here, without Django, because both sides need it.
 
-Validation has two steps: the declaration (a msgspec Struct: types and unknown settings, checked
-by :meth:`CampaignConfig.from_json` while decoding) and :meth:`CampaignConfig.validate` (ranges and
-the rules between settings). Both raise :class:`ConfigError` naming the setting.
+Each setting is declared once, with its type, bounds, default, title and help text (msgspec
+``Annotated[..., Meta(...)]``; GRPOConfig's fields, which a campaign sets in its ``grpo`` dict,
+in worker/shared/config.py): :meth:`CampaignConfig.from_json` refuses what a declaration refuses
+while decoding, :meth:`CampaignConfig.problems` lists every problem, the rules between settings
+included, and :meth:`CampaignConfig.validate` raises the first as a :class:`ConfigError` naming
+the setting. The campaign form and the command line build their fields from the declarations.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
-from typing import Any
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from worker.shared import validation
 from worker.shared.arms import (
-    CONTROL_KINDS,
     Arm,
     backfill_arm,
     control_arm,
@@ -27,7 +30,9 @@ from worker.shared.arms import (
     sharing_arm,
     with_questions,
 )
-from worker.shared.config import AgentConfig, GRPOConfig
+from worker.shared.campaign_controls import ControlsConfig
+from worker.shared.config import AgentConfig, GRPOConfig, grpo_rules
+from worker.shared.declaration import declared, setting_problems, settings_table
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
 from worker.shared.sampling import BATCH_RULES, STRATEGIES
@@ -35,12 +40,18 @@ from worker.shared.tiers import TIERS
 
 
 class ConfigError(ValueError):
-    """Invalid campaign settings; ``field`` names the setting (for form errors)."""
+    """Invalid campaign settings. ``path`` names the setting (``num_local``, ``controls.seeds``,
+    ``grpo.eps_high``), ``field`` its top-level setting; ``reads`` are the settings the broken
+    rule reads (for a problem of one setting, that setting); ``problems``: every problem found,
+    this one first (CampaignConfig.validate raises the first and carries them all)."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+    def __init__(self, path: str, message: str, reads: tuple[str, ...] = ()) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.field = path.split(".", 1)[0]
         self.message = message
+        self.reads = reads or (path,)
+        self.problems = [self]
 
 
 # Agents a campaign's self-replay window is sized for: the window holds pool_window //
@@ -49,92 +60,221 @@ class ConfigError(ValueError):
 # node count is unknown at launch (volunteers come and go); 8 is the study's and the paper's.
 SELF_WINDOW_AGENTS = 8
 MIN_SELF_WINDOW = 8
+# Bounds, each defended where it is used below. A round generates G x B completions: 64 x 64 =
+# 4096 sequences is the most one volunteer's round should hold (the paper's is 8 x 8).
+MAX_GROUP = 64
 MAX_REPLICATES = 64
 MAX_NEW_TOKENS = 8192  # the longest completion a campaign may ask for
+MAX_ROUNDS = 100_000
 SAPO_QUESTIONS_PER_ROUND = 8  # the paper's (and the study's) B: arms at another B are named <arm>@B<n>
-
-
-class ControlsConfig(msgspec.Struct, forbid_unknown_fields=True):
-    """Which isolated controls a campaign runs per tier and seed, beside its swarm arm I/J
-    (worker/shared/arms.py's control kinds; new fields go last: tests build it positionally)."""
-
-    isolated: bool = True  # (I + J)/0, uniform: the paper's 8/0 baseline
-    # (I + J)/0 with zero-advantage groups dropped: a sanity arm only, with B = I + J the filter
-    # can only delete groups, which give zero gradient anyway (issue #18)
-    filtered: bool = True
-    seeds: int = 1  # control runs per tier and arm
-    # I/J-self: J from the agent's own last self_window groups (separates sharing from reuse)
-    self_replay: bool = False
-    # (I + J)/0-dyn: over-generation until I + J informative groups, at most 2 (I + J) questions
-    over_generation: bool = False
-    self_window: int = 0  # groups; 0: max(MIN_SELF_WINDOW, pool_window // SELF_WINDOW_AGENTS)
-    # The control the dashboard's headline gain is against (one of CONTROL_KINDS, run by the
-    # campaign; "": the first the campaign runs); every other control's gain is beside it.
-    reference: str = ""
-
-    def enabled(self) -> dict[str, bool]:
-        """{control kind: on} in worker.shared.arms.CONTROL_KINDS order."""
-        flags = {
-            "isolated": self.isolated,
-            "filtered": self.filtered,
-            "self": self.self_replay,
-            "dyn": self.over_generation,
-        }
-        return {kind: flags[kind] for kind in CONTROL_KINDS}
-
-    def reference_kind(self) -> str | None:
-        """The headline's control: ``reference`` when the campaign runs it, else the first it
-        runs (``reference`` left automatic), None without controls."""
-        running = [kind for kind, on in self.enabled().items() if on] if self.seeds >= 1 else []
-        if self.reference in running:
-            return self.reference
-        return running[0] if running else None
-
-
 # What the coordinator does with rollouts past the pool's window (CampaignConfig.pool_retention).
 POOL_RETENTIONS = ("archive", "delete")
 
 
 class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    tasks: list[dict[str, Any]] = msgspec.field(default_factory=lambda: PRESETS["cpu"].to_json())
-    system_prompt: str = "default"
-    tiers: list[str] = msgspec.field(default_factory=lambda: ["tiny-1m"])
-    group_size: int = 8  # G
-    questions_per_round: int = 8  # B
-    num_local: int = 4  # I
-    num_external: int = 4  # J
-    local_strategy: str = "nonzero_advantage"
-    external_strategy: str = "nonzero_advantage"
-    rounds: int = 100  # per node
-    seed: int = 0  # the question stream and the controls' seeds derive from it
-    max_new_tokens: int = 24
-    format_weight: float = 0.0
-    grpo: dict[str, Any] = msgspec.field(default_factory=dict)  # GRPOConfig fields; tier defaults fill lr
+    """Every campaign setting, declared once: its type, bounds, default, title and help text
+    (the campaign form's fields and swarm-worker campaign-config's flags are built from them)."""
+
+    tasks: Annotated[
+        list[dict[str, Any]],
+        Meta(description="the task mix: reasoning-gym tasks, their weights and settings (questions.py)"),
+    ] = msgspec.field(default_factory=lambda: PRESETS["cpu"].to_json())
+    system_prompt: Annotated[str, Meta(description="reasoning-gym's system prompt, by name")] = "default"
+    tiers: Annotated[
+        list[str],
+        Meta(
+            title="Model tiers",
+            description="one model size per tier: each tier's nodes train their own copy; the "
+            "swarm is compared with the isolated controls tier by tier",
+        ),
+    ] = msgspec.field(default_factory=lambda: ["tiny-1m"])
+    # G >= 2: an advantage is a completion's reward against its group's mean.
+    group_size: Annotated[
+        int,
+        Meta(
+            ge=2,
+            le=MAX_GROUP,
+            title="G (completions per question)",
+            description="GRPO's group: a question's advantages are its completions' rewards against their mean "
+            "(one completion has none)",
+        ),
+    ] = 8
+    questions_per_round: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_GROUP,
+            title="Questions per round",
+            description="B: a node's own questions each round; it answers each G times and shares them all",
+        ),
+    ] = 8
+    num_local: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_GROUP,
+            title="I (own rollouts trained on)",
+            description="question groups of its own a node trains on per round (at most the questions per round)",
+        ),
+    ] = 4
+    num_external: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_GROUP,
+            title="J (external rollouts trained on)",
+            description="question groups drawn from the pool (other nodes' rollouts) a node trains on per round; "
+            "J = 0 is isolated training. I + J is at least 1",
+        ),
+    ] = 4
+    local_strategy: Annotated[
+        Literal[STRATEGIES],
+        Meta(
+            title="Sampling of own rollouts",
+            description="uniform: any of its groups; nonzero advantage: only groups whose "
+            "completions differ in reward (the others teach GRPO nothing)",
+        ),
+    ] = "nonzero_advantage"
+    external_strategy: Annotated[
+        Literal[STRATEGIES],
+        Meta(
+            title="Sampling of external rollouts",
+            description="the same choice for the groups drawn from the pool",
+        ),
+    ] = "nonzero_advantage"
+    rounds: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_ROUNDS,
+            title="Rounds per node",
+            description="a node stops after this many rounds; the campaign completes when nodes and controls have "
+            "(sapo-table runs 2,000; 100,000 is 50 times that, a metrics row per agent and round)",
+        ),
+    ] = 100
+    seed: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=2**31 - 1,
+            title="Seed",
+            description="seeds the question stream and the controls (control k uses seed + k): same seed, same "
+            "questions. 31 bits, like every seed derived from it (config.stable_seed)",
+        ),
+    ] = 0
+    max_new_tokens: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_NEW_TOKENS,
+            title="Max new tokens",
+            description="the longest completion; a longer answer is cut and scored as it stands (8192: Qwen2.5's "
+            "generation limit)",
+        ),
+    ] = 24
+    format_weight: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=1,
+            description="weight of the format reward (answer tags present) beside a correct "
+            "answer's 1: above 1, tags would be worth more than being right",
+        ),
+    ] = 0.0
+    grpo: Annotated[
+        dict[str, Any],
+        Meta(
+            description="GRPOConfig's settings that differ from its defaults (config.py declares their bounds)"
+        ),
+    ] = msgspec.field(default_factory=dict)  # GRPOConfig fields; tier defaults fill lr
     controls: ControlsConfig = msgspec.field(default_factory=ControlsConfig)
-    pool_window: int = 256  # external rollouts are drawn from the pool's most recent N
-    pool_within_tier: bool = False  # rollouts are text: by default they cross tiers
+    pool_window: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=100_000,
+            title="Pool window",
+            description="external rollouts are drawn from the pool's most recent N (the draw reads at most this "
+            "many rows; 100,000 is 400 times the default)",
+        ),
+    ] = 256
+    pool_within_tier: Annotated[
+        bool, Meta(description="draw only the node's own tier's rollouts (text crosses tiers by default)")
+    ] = False
     # What becomes of rollouts no draw can reach any more (outside pool_window, older than the
     # coordinator's grace): "archive" moves them into the campaign's compressed archive, which
     # the organizer downloads; "delete" drops them (swarm_app/coordinator/archive.py).
-    pool_retention: str = "archive"
+    pool_retention: Annotated[
+        Literal[POOL_RETENTIONS],
+        Meta(
+            title="Rollouts past the pool's window",
+            description="rollouts no pool draw can reach any more leave the live pool on a "
+            "schedule: into the campaign's archive (a compressed JSONL download for organizers) or deleted",
+        ),
+    ] = "archive"
     # R independent swarms per tier (issue #26): a joining node completes a swarm of one, else
     # joins the tier's swarm with the fewest connected nodes (coordinator/assignment.py), and
     # draws only from its swarm's rollouts. One swarm's
     # nodes share a pool and are not independent: the gain's interval resamples swarms against
     # control seeds, so a campaign with R = 1 shows its gain without an interval.
-    replicates: int = 1
-    lease_seconds: float = 120.0
-    ban_threshold: int = 3  # rejected submissions before a node is banned
+    replicates: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_REPLICATES,
+            title="Independent swarms per tier (R)",
+            description="nodes are spread over R swarms that share only among themselves (a swarm needs 2 or more "
+            "nodes to share: plan 2R nodes per tier at least); the gain's interval compares swarms "
+            "with control seeds (with R = 1 the gain has no interval: one swarm's nodes share a pool "
+            "and are not independent)",
+        ),
+    ] = 1
+    lease_seconds: Annotated[
+        float,
+        Meta(
+            ge=5,
+            le=86_400,
+            description="how long a node holds its questions; 5 s is below any honest round on a "
+            "tiny tier, a day the longest a lost lease should block its questions",
+        ),
+    ] = 120.0
+    ban_threshold: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=1000,
+            title="Ban threshold",
+            description="rejected submissions before a node is banned (1: the first false reward; 1000: never in practice)",
+        ),
+    ] = 3
     # How a node's round batch is assembled (worker/shared/arms.py, issue #29): "fixed" (I own
     # + J external), "backfill" (every informative own group, then informative external ones up
     # to B groups, at most J: the study's `backfill` arm is I = J = B) or "decay" (J falls
     # linearly to 0 over decay_rounds rounds, its slots going to own groups: `4/4-decay`)
-    batch_rule: str = "fixed"
-    decay_rounds: int = 30
+    batch_rule: Annotated[
+        Literal[BATCH_RULES],
+        Meta(
+            title="Batch rule",
+            description="how a node assembles its round's batch (worker/shared/arms.py): fixed is "
+            "the paper's I/J; backfill (SAPO as backfill) trains on every informative own group "
+            "and fills the batch up to B with informative external ones, at most J (set I = J = "
+            "B); decay starts at I/J and moves J's slots to own groups over the decay rounds",
+        ),
+    ] = "fixed"
+    decay_rounds: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_ROUNDS,
+            title="Decay rounds",
+            description="for the decay rule: rounds over which J falls linearly to 0 (J_r = round(J · max(0, 1 − "
+            "r / decay rounds))); ignored by the other rules",
+        ),
+    ] = 30
 
     def __post_init__(self) -> None:
-        if isinstance(self.controls, dict):  # built in Python from a settings dict
-            self.controls = msgspec.convert(self.controls, ControlsConfig)
+        if isinstance(self.controls, dict):  # built in Python from a settings dict: unchecked
+            self.controls = ControlsConfig(**self.controls)  # until problems(), like the rest
 
     @property
     def mix(self) -> TaskMix:
@@ -233,134 +373,164 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             decay_rounds=self.decay_rounds if self.batch_rule == "decay" else 0,
         )
 
+    def problems(self) -> list[ConfigError]:
+        """Every problem of these settings (:meth:`check`); [] when they are valid."""
+        return type(self).check(self.to_json())
+
     def validate(self) -> CampaignConfig:
-        """Raise :class:`ConfigError` naming the first invalid setting."""
+        """Raise the first of :meth:`problems` (its ``problems`` carries them all), else self."""
+        if problems := self.problems():
+            problems[0].problems = problems
+            raise problems[0]
+        return self
+
+    @classmethod
+    def check(cls, data: dict[str, Any]) -> list[ConfigError]:
+        """Every problem of settings ``data`` (a dict, as stored): each setting against its
+        declaration (type, bounds, choices), then the rules between settings, each rule only
+        where the settings it reads are valid (an invalid one is replaced by its default to
+        read the others, so no rule reports a value nobody gave)."""
+        if not isinstance(data, dict):
+            return [ConfigError("config", f"expected an object, got {type(data).__name__}")]
+        problems = [ConfigError(path, message) for path, message in setting_problems(SETTINGS, data)]
+        bad = {problem.path for problem in problems}
+        valid = {key: value for key, value in data.items() if key not in bad}
+        for nested in ("controls", "grpo"):
+            if isinstance(data.get(nested), dict):
+                valid[nested] = {k: v for k, v in data[nested].items() if f"{nested}.{k}" not in bad}
+        config = msgspec.convert(valid, cls, strict=True)
+        return problems + [rule for rule in config._rules() if not bad.intersection(rule.reads)]
+
+    def _rules(self) -> list[ConfigError]:
+        """The rules a declaration cannot say: task and tier names, and those between settings
+        (each reported at the setting to change, with the settings it reads)."""
+        rules = []
         try:
-            mix = self.mix
-            mix.validate_configs()
+            self.mix.validate_configs()
         except TaskError as error:
-            raise ConfigError("tasks", str(error)) from None
+            rules.append(ConfigError("tasks", str(error)))
         try:
             system_prompt(self.system_prompt)
         except ValueError as error:
-            raise ConfigError("system_prompt", str(error)) from None
+            rules.append(ConfigError("system_prompt", str(error)))
         if not self.tiers:
-            raise ConfigError("tiers", "choose at least one model tier")
-        for name in self.tiers:
-            if name not in TIERS:
-                raise ConfigError("tiers", f"unknown tier {name!r}; tiers: {', '.join(TIERS)}")
-        positive = {
-            "group_size": 2,
-            "questions_per_round": 1,
-            "rounds": 1,
-            "max_new_tokens": 1,
-            "pool_window": 1,
-        }
-        for name, minimum in positive.items():
-            if getattr(self, name) < minimum:
-                raise ConfigError(name, f"must be at least {minimum}")
-        if self.pool_retention not in POOL_RETENTIONS:
-            raise ConfigError("pool_retention", f"choose one of {', '.join(POOL_RETENTIONS)}")
-        if not 1 <= self.replicates <= MAX_REPLICATES:
-            raise ConfigError("replicates", f"must be between 1 and {MAX_REPLICATES} swarms per tier")
-        if self.max_new_tokens > MAX_NEW_TOKENS:
-            raise ConfigError("max_new_tokens", f"must be at most {MAX_NEW_TOKENS}")
-        if "learning_rate" in self.grpo and not self.grpo["learning_rate"] > 0:
-            raise ConfigError("grpo", "learning_rate must be above 0 (leave it out for each tier's default)")
-        if self.group_size > 64 or self.questions_per_round > 64:
-            raise ConfigError("group_size", "G and questions per round are at most 64")
-        if self.num_local < 0 or self.num_external < 0:
-            raise ConfigError("num_local", "I and J must not be negative")
-        if self.num_local + self.num_external == 0:
-            raise ConfigError("num_local", "I + J must be at least 1: a node must train on something")
-        if self.num_local > self.questions_per_round:
-            raise ConfigError(
-                "num_local", f"I cannot exceed the {self.questions_per_round} questions per round"
+            rules.append(ConfigError("tiers", "choose at least one model tier"))
+        rules += [
+            ConfigError("tiers", f"unknown tier {name!r}; tiers: {', '.join(TIERS)}")
+            for name in self.tiers
+            if name not in TIERS
+        ]
+        i, j, b = self.num_local, self.num_external, self.questions_per_round
+        ij = ("num_local", "num_external")
+        if i + j == 0:
+            rules.append(
+                ConfigError("num_local", "I + J must be at least 1: a node must train on something", ij)
             )
-        if self.num_external > 64:
-            raise ConfigError("num_external", "J is at most 64")
-        for name in ("local_strategy", "external_strategy"):
-            if getattr(self, name) not in STRATEGIES:
-                raise ConfigError(name, f"choose one of {', '.join(STRATEGIES)}")
-        known = {f.name for f in fields(GRPOConfig)}
-        unknown = set(self.grpo) - known
-        if unknown:
-            raise ConfigError("grpo", f"unknown GRPO settings {sorted(unknown)}")
-        try:
-            self.grpo_config(self.tiers[0])
-        except (TypeError, ValueError) as error:
-            raise ConfigError("grpo", str(error)) from None
-        if self.controls.seeds < 0 or self.controls.seeds > 16:
-            raise ConfigError("controls", "control seeds must be between 0 and 16")
-        if not 0 <= self.controls.self_window <= 4096:
-            raise ConfigError("controls", "the self-replay window is 0 (automatic) to 4096 groups")
-        if self.controls.self_replay and self.num_external < 1:
-            raise ConfigError(
-                "controls",
-                "the self-replay control replays the swarm's J groups from the agent's own "
-                "window: it needs J >= 1",
+        if i > b:
+            rules.append(
+                ConfigError(
+                    "num_local",
+                    f"I cannot exceed the {b} questions per round",
+                    ("num_local", "questions_per_round"),
+                )
             )
-        if self.batch_rule not in BATCH_RULES:
-            raise ConfigError("batch_rule", f"choose one of {', '.join(BATCH_RULES)}")
+        grpo = {**GRPO_DEFAULTS, **self.grpo}
+        rules += [
+            ConfigError(f"grpo.{name}", message, ("grpo.eps_low", "grpo.eps_high"))
+            for name, message in grpo_rules(grpo["eps_low"], grpo["eps_high"])
+        ]
+        controls = self.controls
+        if controls.self_replay and j < 1:
+            rules.append(
+                ConfigError(
+                    "controls.self_replay",
+                    "the self-replay control replays J groups of the node's own: it needs J >= 1 "
+                    "(with J = 0 the plain isolated control is the comparison)",
+                    ("controls.self_replay", "num_external"),
+                )
+            )
         if self.batch_rule == "backfill":
-            if self.num_external < 1:
-                raise ConfigError("num_external", "backfill needs J >= 1: the most external groups it adds")
+            if j < 1:
+                rules.append(
+                    ConfigError(
+                        "num_external",
+                        "backfill needs J >= 1: the most external groups it adds",
+                        ("batch_rule", "num_external"),
+                    )
+                )
             if self.local_strategy != "nonzero_advantage":
-                raise ConfigError(
-                    "local_strategy",
-                    "backfill fills the batch past the informative own groups: it needs the "
-                    "nonzero_advantage local strategy (with uniform every own group counts)",
+                rules.append(
+                    ConfigError(
+                        "local_strategy",
+                        "backfill fills the batch past the informative own groups: it needs the "
+                        "nonzero_advantage local strategy (with uniform every own group counts)",
+                        ("batch_rule", "local_strategy"),
+                    )
                 )
-            if self.controls.self_replay and self.controls.seeds:
-                raise ConfigError(
-                    "controls", "the self-replay control replays a fixed J; a backfill swarm's J varies"
+            if controls.self_replay and controls.seeds:
+                rules.append(
+                    ConfigError(
+                        "controls.self_replay",
+                        "the self-replay control replays a fixed J; a backfill swarm's J varies",
+                        ("batch_rule", "controls.self_replay", "controls.seeds"),
+                    )
                 )
-        if self.batch_rule == "decay":
-            if not 1 <= self.decay_rounds <= 100_000:
-                raise ConfigError("decay_rounds", "must be between 1 and 100000 rounds")
-            if self.num_local + self.num_external > self.questions_per_round:
-                raise ConfigError(
+        if self.batch_rule == "decay" and i + j > b:
+            rules.append(
+                ConfigError(
                     "num_external",
-                    f"the decay rule ends at I + J = {self.num_local + self.num_external} own groups: "
-                    f"more than the {self.questions_per_round} questions per round",
+                    f"the decay rule ends at I + J = {i + j} own groups: more than the {b} questions per round",
+                    ("batch_rule", *ij, "questions_per_round"),
                 )
-        if self.controls.reference not in ("", *CONTROL_KINDS):
-            raise ConfigError(
-                "controls", f"the reference control is one of {', '.join(CONTROL_KINDS)} or '' (automatic)"
             )
         running = self.control_kinds()  # none: nothing to be the headline's reference
-        if self.controls.reference and running and self.controls.reference not in running:
-            raise ConfigError(
-                "controls", f"the reference control ({self.controls.reference}) must be one the campaign runs"
+        if controls.reference and running and controls.reference not in running:
+            kinds = ("isolated", "filtered", "self_replay", "over_generation", "seeds")
+            rules.append(
+                ConfigError(
+                    "controls.reference",
+                    f"the reference control ({controls.reference}) must be one the campaign runs",
+                    ("controls.reference", *(f"controls.{kind}" for kind in kinds)),
+                )
             )
-        if not 5 <= self.lease_seconds <= 86_400:
-            raise ConfigError("lease_seconds", "must be between 5 s and one day")
-        if self.ban_threshold < 1:
-            raise ConfigError("ban_threshold", "must be at least 1")
-        return self
+        return rules
 
     def to_json(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
 
     @classmethod
     def from_json(cls, data: Any) -> CampaignConfig:
-        """Decode settings (a dict, or JSON text/bytes) against the declaration."""
+        """Decode settings (a dict, or JSON text/bytes) against the declarations: types, bounds,
+        choices and unknown settings, the ``grpo`` dict's included (the rules between settings
+        are :meth:`validate`'s). The ConfigError raised names the first problem and carries all."""
         try:
-            if isinstance(data, str | bytes):
-                return msgspec.json.decode(data, type=cls)
-            return msgspec.convert(data, cls, strict=True)
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            raise _config_error(error) from None
+            raw = msgspec.json.decode(data) if isinstance(data, str | bytes) else data
+        except msgspec.DecodeError as error:
+            raise ConfigError("config", f"not valid JSON: {error}") from None
+        try:
+            config = msgspec.convert(raw, cls, strict=True)
+        except msgspec.ValidationError as error:
+            path, what = validation.describe(error)
+            config, refusal = None, ConfigError(path or "config", what)
+        problems = (
+            [ConfigError(*problem) for problem in setting_problems(SETTINGS, raw)]
+            if isinstance(raw, dict)
+            else []
+        )
+        if config is not None and not problems:
+            return config
+        problems = problems or [refusal]
+        problems[0].problems = problems
+        raise problems[0]
 
 
-def _config_error(error: msgspec.ValidationError | msgspec.DecodeError) -> ConfigError:
-    if not isinstance(error, msgspec.ValidationError):  # ValidationError is a DecodeError too
-        return ConfigError("config", f"not valid JSON: {error}")
-    path, what = validation.describe(error)
-    if what.startswith("unknown fields ["):
-        return ConfigError(what.removeprefix("unknown fields [").strip("']"), "unknown campaign setting")
-    setting = path.split(".", 1)[0].split("[", 1)[0]
-    return ConfigError(setting or "config", f"{path}: {what}" if path else what)
+# Every setting by path (controls.seeds; grpo.eps_high: GRPOConfig's fields, which a campaign
+# may set in its ``grpo`` dict), read from the declarations (worker/shared/declaration.py).
+SETTINGS = {
+    **{path: setting for path, setting in declared(CampaignConfig).items() if path != "grpo"},
+    **declared(GRPOConfig, "grpo."),
+}
+GRPO_DEFAULTS = GRPOConfig().to_json()
 
 
 def cpu_demo_config(**overrides: Any) -> CampaignConfig:
@@ -387,7 +557,7 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
         # on its own tier's rollouts (tiny-1m's would dominate tiny-5m's pool: it runs faster).
         pool_within_tier=True,
     )
-    return CampaignConfig.from_json({**base.to_json(), **overrides})
+    return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
 
 
 def sapo_table_config(**overrides: Any) -> CampaignConfig:
@@ -408,7 +578,10 @@ def sapo_table_config(**overrides: Any) -> CampaignConfig:
         controls=ControlsConfig(seeds=3, self_replay=True, over_generation=True, reference="isolated"),
         replicates=3,
     )
-    return CampaignConfig.from_json({**base.to_json(), **overrides})
+    return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
 
 
 CAMPAIGN_PRESETS = {"cpu-demo": cpu_demo_config, "sapo-table": sapo_table_config}
+
+if __name__ == "__main__":  # docs/web.md's reference of every setting
+    print(settings_table(SETTINGS), end="")

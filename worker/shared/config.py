@@ -10,56 +10,173 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass, field
+from typing import Annotated, Literal
+
+try:
+    from msgspec import Meta
+except ImportError:  # the GPU machine's bare Python (bench/gpu_check.py's learner parts): the
+    # bounds are declarations only there; the campaign config that checks them needs msgspec.
+
+    class Meta:  # type: ignore[no-redef]
+        def __init__(self, **constraints: object) -> None:
+            self.__dict__.update(constraints)
+
 
 from worker.shared.sampling import BATCH_RULES, check_strategy
 
 # TRL's vllm_importance_sampling_mode values (worker/engine/loss.py computes them).
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
+# Fine-tuning Adam's learning rate: the tiers' defaults are 1e-5 (Qwen) to 1e-4 (tiny); 1e-2 is
+# 100x the largest and 5x the rate the tiny tiers are pretrained from scratch at
+# (worker/engine/tiny.py: 2e-3). Adam moves every weight by about lr per step, so at 1e-2 a
+# weight of the usual scale (0.02) changes by half in one step: more is a typo (1e6 was stored).
+MAX_LEARNING_RATE = 1e-2
+# Importance-sampling caps: TRL's default is 3 (a token's weight at most 3x); 100 is as good as
+# no cap, which is what an organizer wanting none means.
+MAX_CLIP = 100.0
 
-# Adam at a learning rate of 1 already destroys any model; above it is a typo (1e6 was accepted).
-MAX_LEARNING_RATE = 1.0
+
+def grpo_rules(eps_low: float, eps_high: float) -> list[tuple[str, str]]:
+    """(setting, message) for each rule between GRPO settings that these values break: the
+    engine's invariant (GRPOConfig.__post_init__) and a campaign's problem (CampaignConfig)."""
+    if eps_high < eps_low:  # clip-higher (DAPO): the upper clip is the wider one
+        return [("eps_high", "the upper clip ε must not be below the lower one")]
+    return []
+
+
+# The bounds of a campaign's GRPO settings (the ``grpo`` dict), each defended in its description.
+Rate = Annotated[
+    float,
+    Meta(
+        gt=0,
+        le=MAX_LEARNING_RATE,
+        title="Learning rate",
+        description="Adam's; a campaign that leaves it out gets each tier's default (1e-4 for the "
+        "tiny tiers, 1e-5 for Qwen). At most 1e-2: 100x the largest default, more than the tiny "
+        "tiers are pretrained at; Adam moves each weight by about this much per step",
+    ),
+]
+Beta = Annotated[
+    float, Meta(ge=0, lt=1, description="Adam's moment decay: below 1, or the moments never forget")
+]
 
 
 @dataclass
 class GRPOConfig:
-    learning_rate: float = 1e-5  # the reference code's Adam lr for Qwen2.5-0.5B
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    beta: float = 0.0  # KL coefficient; > 0 keeps a frozen copy of the initial model as reference
-    num_iterations: int = 1
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0  # the sampling temperature; logits are divided by it when scoring
-    scale_rewards: str = "group"  # "group" (GRPO) or "none" (Dr. GRPO)
+    learning_rate: Rate = 1e-5  # the reference code's Adam lr for Qwen2.5-0.5B
+    adam_betas: tuple[Beta, Beta] = (0.9, 0.999)
+    weight_decay: Annotated[
+        float,
+        Meta(
+            ge=0, le=1, description="AdamW's decoupled decay (lr x this per step); 1 is 100x the usual 0.01"
+        ),
+    ] = 0.0
+    eps_low: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=0.99,
+            title="Clip ε low",
+            description="PPO-style clip of the probability ratio below 1 - ε low (default 0.2); "
+            "below 1, or the lower clip is gone",
+        ),
+    ] = 0.2
+    eps_high: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=10,
+            title="Clip ε high",
+            description="clip above 1 + ε high, at least ε low (default 0.28, DAPO's clip-higher); "
+            "at 10 a ratio of 11 passes, as good as unclipped",
+        ),
+    ] = 0.28
+    # KL coefficient; > 0 keeps a frozen copy of the initial model as reference
+    beta: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=1,
+            description="KL coefficient (TRL's was 0.04); above 1 the KL term outweighs advantages of about ±1",
+        ),
+    ] = 0.0
+    num_iterations: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=16,
+            title="GRPO iterations per batch (μ)",
+            description="optimizer passes over each round's batch (default 1); 16 passes over one "
+            "batch is far past where its clipped ratios stop it from teaching anything",
+        ),
+    ] = 1
+    max_grad_norm: Annotated[
+        float,
+        Meta(gt=0, le=1000, description="gradient clipping norm (default 1); 1000 is as good as no clipping"),
+    ] = 1.0
+    # the sampling temperature; logits are divided by it when scoring
+    temperature: Annotated[
+        float,
+        Meta(
+            ge=0.01,
+            le=10,
+            title="Sampling temperature",
+            description="of the completions (default 1.0): lower is less varied, fewer groups with "
+            "an advantage; below 0.01 sampling is greedy (a group's G completions are the same, "
+            "no advantage), at 10 it is noise",
+        ),
+    ] = 1.0
+    scale_rewards: Literal["group", "none"] = "group"  # "group" (GRPO) or "none" (Dr. GRPO)
     mask_truncated_completions: bool = False  # truncated completions count for nothing when True
-    micro_batch_size: int = 32  # at most this many sequences per forward pass (memory may allow fewer)
+    # at most this many sequences per forward pass (memory may allow fewer)
+    micro_batch_size: Annotated[
+        int,
+        Meta(ge=1, le=4096, description="sequences per forward pass at most; 4096 = G x B at their bounds"),
+    ] = 32
     # "auto": on when the device's memory needs it (worker/engine/memory.py); "on"; "off"
-    gradient_checkpointing: str = "auto"
+    gradient_checkpointing: Literal["auto", "on", "off"] = "auto"
     # Sampler/learner mismatch (TRL's names): samples that carry the sampler's log-probs (vLLM's)
     # are weighted by min(exp(old_logp - sampler_logp), clip_max); see worker/engine/loss.py.
     # TRL 1.16 defaults to "sequence_mask"; this truncates per token (TRL's original definition).
     vllm_importance_sampling_correction: bool = True
-    vllm_importance_sampling_mode: str = "token_truncate"
-    vllm_importance_sampling_clip_max: float = 3.0
+    vllm_importance_sampling_mode: Literal[IS_MODES] = "token_truncate"
+    vllm_importance_sampling_clip_max: Annotated[
+        float,
+        Meta(gt=0, le=MAX_CLIP, description="cap of a sampled token's weight min(exp(old - sampler), cap)"),
+    ] = 3.0
     # Off-policy external rollouts (issue #18, opt-in): an external sample that carries its
     # generator's per-token log-probs (``TrainSample.behaviour_logp``; the in-process simulator
     # only) is weighted per token by min(exp(old_logp - behaviour_logp), clip_max): truncated
     # importance sampling from the generator's policy to this one (worker/engine/loss.py).
-    external_importance_sampling_correction: bool = False
-    external_importance_sampling_clip_max: float = 3.0
+    external_importance_sampling_correction: Annotated[
+        bool,
+        Meta(
+            title="Correct external rollouts for being off-policy",
+            description="each same-tier external token weighted by min(π_receiver / π_generator, 3), "
+            "truncated importance sampling; workers then share their completions' token ids and "
+            "log-probs (larger records, workers of this version or later)",
+        ),
+    ] = False
+    external_importance_sampling_clip_max: Annotated[
+        float,
+        Meta(
+            gt=0, le=MAX_CLIP, description="cap of an external token's weight min(exp(old - generator), cap)"
+        ),
+    ] = 3.0
 
     def __post_init__(self) -> None:
+        """What the engine cannot run without (direct construction: the engine, research, tests);
+        a campaign's tighter bounds are the fields' declarations."""
         self.adam_betas = tuple(self.adam_betas)
         if self.num_iterations < 1:
             raise ValueError("num_iterations must be >= 1")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError("need 0 <= eps_low < 1 and eps_high >= 0")
-        if self.eps_high < self.eps_low:
-            raise ValueError("eps_high must not be below eps_low (clip-higher: the upper clip is the wider)")
-        if not 0 <= self.learning_rate <= MAX_LEARNING_RATE:
-            raise ValueError(f"learning_rate must be between 0 and {MAX_LEARNING_RATE:g}")
+        if problems := grpo_rules(self.eps_low, self.eps_high):
+            raise ValueError("{}: {}".format(*problems[0]))
+        if not self.learning_rate >= 0:
+            raise ValueError("learning_rate must be >= 0")
         if self.scale_rewards not in ("group", "none"):
             raise ValueError("scale_rewards must be 'group' or 'none'")
         if self.temperature <= 0:

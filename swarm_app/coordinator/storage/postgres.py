@@ -1,0 +1,181 @@
+"""The storage interface on PostgreSQL: each operation one or two prepared statements
+(sql.py holds them and says why each is shaped as it is)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics, settings_from_text
+from swarm_app.coordinator import sql
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.sql import bump
+from swarm_app.coordinator.storage.records import LeaseRequestView, LeaseView, pool_record
+from worker.shared.rollout import Rollout
+from worker.shared.sampling import check_strategy
+
+
+class PostgresStore:
+    name = "postgres"
+
+    def lease_view(self, node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
+        (row,) = sql.fetch(
+            sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
+        )
+        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, ack, any_waiting = row
+        held = (held_id, held_deadline, sql.from_json_text(held_refs)) if held_id is not None else None
+        submitted_ack = sql.from_json_text(ack) if ack is not None else None
+        return LeaseRequestView(
+            name, state, settings_from_text(config), node_state, revoked, held, submitted_ack, any_waiting
+        )
+
+    def insert_lease(
+        self,
+        node: WorkerNode,
+        round: int,
+        lease_id: str,
+        refs: list[dict[str, Any]],
+        now: datetime,
+        deadline: datetime,
+    ) -> None:
+        sql.execute(
+            sql.INSERT_LEASE,
+            {
+                "lease_id": lease_id,
+                "campaign": node.campaign_id,
+                "node": node.pk,
+                "round": round,
+                "questions": sql.json_text(refs),
+                "now": now,
+                "deadline": deadline,
+            },
+        )
+
+    def find_leases(self, node: WorkerNode, submission_id: str, lease_id: str) -> list[LeaseView]:
+        rows = sql.fetch(
+            sql.SUBMISSION_VIEW, {"node": node.pk, "lease_id": lease_id, "submission_id": submission_id}
+        )
+        return [
+            LeaseView(
+                *row[:6],
+                sql.from_json_text(row[6]),
+                row[7],
+                sql.from_json_text(row[8]) if row[8] is not None else None,
+                row[9],
+                settings_from_text(row[11]),
+                row[12],
+            )
+            for row in rows
+        ]
+
+    def store_submission(
+        self,
+        node: WorkerNode,
+        lease: LeaseView,
+        submission_id: str,
+        ack: dict[str, Any],
+        rollouts: list[Rollout],
+        allowance: int,
+    ) -> bool:
+        # The pool's sequence numbers first, in a statement of their own: the campaign row, which
+        # every lease and submission of the campaign updates, stays locked for that statement
+        # only, not for the insert of the records and its commit (the top wait in
+        # pg_stat_statements at 1,000 volunteers). Numbers of a submission that is then not
+        # stored are skipped, never reused; the pool's window reads around the gaps.
+        last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
+        stored = sql.execute(
+            sql.STORE_SUBMISSION,
+            {
+                "submission_id": submission_id,
+                "ack": sql.json_text(ack),
+                "lease": lease.pk,
+                "node": node.pk,
+                "campaign": lease.campaign_pk,
+                "first": last - len(rollouts),
+                "tier": node.tier,
+                "replicate": node.replicate,
+                "round": lease.round,
+                "groups": len(rollouts),
+                "allowance": allowance,
+                "rows": sql.json_text(
+                    [
+                        {
+                            "position": position,  # 1, 2, ...: offset into the allocated range
+                            "rollout_id": r.rollout_id,
+                            "task": r.ref.task,
+                            "seed": r.ref.seed,
+                            "index": r.ref.index,
+                            "record": pool_record(r),
+                            "mean_reward": r.mean_reward,
+                            "zero_advantage": r.zero_advantage,
+                        }
+                        for position, r in enumerate(rollouts, start=1)
+                    ]
+                ),
+            },
+        )
+        return stored == len(rollouts)
+
+    def draw(
+        self, campaign_id: int, node_pk: int, count: int, strategy: str | None, rng: random.Random
+    ) -> list[dict[str, Any]]:
+        ((config_text, last, tier, replicate),) = sql.fetch(
+            sql.SAMPLE_VIEW, {"campaign": campaign_id, "node": node_pk}
+        )
+        config = settings_from_text(config_text)
+        strategy = check_strategy(strategy or config.external_strategy)
+        rows = sql.fetch(
+            sql.SAMPLE_CANDIDATES,
+            {
+                "campaign": campaign_id,
+                "after": last - config.pool_window,
+                "last": last,
+                "node": node_pk,
+                "replicate": replicate,
+                "nonzero_only": strategy == "nonzero_advantage",
+                "tier": tier if config.pool_within_tier else None,
+            },
+        )
+        chosen = rng.sample([row[0] for row in rows], min(count, len(rows)))
+        if not chosen:
+            return []
+        records = {
+            i: sql.from_json_text(text)
+            for i, text in sql.fetch(sql.DRAW_RECORDS, {"ids": chosen, "node": node_pk})
+        }
+        return [records[i] for i in chosen]
+
+    def flush_seen(self, seen: dict[int, float]) -> int:
+        ids = list(seen)
+        stamps = [datetime.fromtimestamp(seen[pk], UTC) for pk in ids]
+        return sql.execute(sql.FLUSH_SEEN, {"ids": ids, "seen": stamps})
+
+    def record_node_metrics(
+        self, node: WorkerNode, round: int, metrics: dict[str, Any]
+    ) -> RoundMetrics | None:
+        agent = f"node:{node.node_id}"
+        ((verified, row_id),) = sql.fetch(
+            sql.RECORD_NODE_METRICS,
+            {
+                "node": node.pk,
+                "round": round,
+                "campaign": node.campaign_id,
+                "tier": node.tier,
+                "agent": agent,
+                "metrics": sql.json_text(metrics),
+            },
+        )
+        if verified is None:
+            return None
+        return RoundMetrics(
+            id=row_id,
+            campaign_id=node.campaign_id,
+            arm=Arm.SWARM,
+            tier=node.tier,
+            agent=agent,
+            node_id=node.pk,
+            round=round,
+            reward=verified,
+            metrics=metrics,
+        )

@@ -1,0 +1,133 @@
+"""The storage interface of the coordinator's hot paths: what a lease request and a submission
+are decided on (:class:`LeaseRequestView`, :class:`LeaseView`), how a rollout is stored
+(:func:`pool_record`), and :class:`Store`, the operations each implementation provides
+(postgres.py, orm.py; storage/__init__.py picks one)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+from django.db.models import Q
+
+from swarm_app.coordinator.models import Lease
+from worker.shared.campaign import CampaignConfig
+from worker.shared.rollout import Rollout
+
+if TYPE_CHECKING:
+    from swarm_app.campaigns.models import RoundMetrics
+    from swarm_app.coordinator.models import WorkerNode
+
+# Leases whose questions wait to be reissued (the partial index lease_waiting).
+WAITING = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
+
+
+@dataclass
+class LeaseRequestView:
+    """What a lease request is decided on: one read (leases.py's docstring)."""
+
+    campaign_name: str
+    campaign_state: str
+    config: CampaignConfig
+    node_state: str
+    token_revoked: bool  # the node's token, revoked since this connection's hello
+    held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
+    submitted_ack: dict[str, Any] | None  # the ack of this node's submission for the round
+    any_waiting: bool
+
+
+@dataclass
+class LeaseView:
+    """What a submission is checked against: a lease, its campaign's config, the node's state."""
+
+    pk: int
+    lease_id: str
+    node_pk: int
+    state: str
+    deadline: datetime
+    round: int
+    questions: list[dict[str, Any]]
+    submission_id: str
+    ack: dict[str, Any] | None
+    campaign_pk: int
+    config: CampaignConfig
+    node_state: str
+
+
+def pool_record(rollout: Rollout) -> dict[str, Any]:
+    """``rollout.to_json()`` without its deep conversion of every list (a shallow copy).
+
+    The conversion is a large share of a submission's Python time, and the rollout is not used
+    after its record is stored. tests/coordinator/ checks that the two are equal.
+    """
+    data = msgspec.structs.asdict(rollout)
+    data["ref"] = rollout.ref.to_json()
+    if rollout.behaviour is None:
+        del data["behaviour"]
+    else:
+        data["behaviour"] = msgspec.structs.asdict(rollout.behaviour)
+    return data
+
+
+class Store(Protocol):
+    """The hot paths' reads and writes. Both implementations keep the same rows in the same
+    states; tests/coordinator/test_storage_contract.py runs one scenario against each (both on
+    PostgreSQL, the ORM's alone on SQLite) and compares what they return and store."""
+
+    name: str
+
+    def lease_view(self, node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
+        """Everything a lease request for ``round`` is decided on (leases.issue_lease)."""
+        ...
+
+    def insert_lease(
+        self,
+        node: WorkerNode,
+        round: int,
+        lease_id: str,
+        refs: list[dict[str, Any]],
+        now: datetime,
+        deadline: datetime,
+    ) -> None:
+        """A new active lease of ``refs`` (positions already allocated)."""
+        ...
+
+    def find_leases(self, node: WorkerNode, submission_id: str, lease_id: str) -> list[LeaseView]:
+        """The lease ``lease_id`` and any lease of this node that already carries
+        ``submission_id`` (at most two rows, as both are unique)."""
+        ...
+
+    def store_submission(
+        self,
+        node: WorkerNode,
+        lease: LeaseView,
+        submission_id: str,
+        ack: dict[str, Any],
+        rollouts: list[Rollout],
+        allowance: int,
+    ) -> bool:
+        """Claim the lease, count the node's round, verified groups and next draw's allowance,
+        and put the rollouts in the pool, all or nothing; False if the lease was not active."""
+        ...
+
+    def draw(
+        self, campaign_id: int, node_pk: int, count: int, strategy: str | None, rng: random.Random
+    ) -> list[dict[str, Any]]:
+        """Up to ``count`` records of the window's candidates for the node, crediting their
+        nodes (pool.py's docstring); ``strategy`` None: the campaign's external strategy."""
+        ...
+
+    def flush_seen(self, seen: dict[int, float]) -> int:
+        """Write last-seen times (node pk -> POSIX seconds); how many nodes were updated."""
+        ...
+
+    def record_node_metrics(
+        self, node: WorkerNode, round: int, metrics: dict[str, Any]
+    ) -> RoundMetrics | None:
+        """Store the node's report for ``round`` under its verified reward (the mean of its
+        rollouts of the round in the pool) and advance the node's round; None when the node
+        has no verified rollout in that round."""
+        ...
