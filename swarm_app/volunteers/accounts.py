@@ -23,6 +23,7 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from swarm_app.campaigns.models import Campaign
 from swarm_app.volunteers.models import SignupAttempt, Volunteer
 
 DISPLAY_NAME = re.compile(r"^[\w][\w .\-]{0,38}[\w.]$|^\w$")
@@ -75,6 +76,17 @@ class DisplayNameForm(forms.Form):
 
     def clean_display_name(self) -> str:
         return clean_display_name(self.cleaned_data["display_name"], exclude_user_id=self.user_id)
+
+
+class TokenForm(forms.Form):
+    """The token a volunteer asks for on My tokens: which campaign (whether they may join it is
+    tokens.create's to say) and a name of their choosing."""
+
+    campaign = forms.ModelChoiceField(
+        queryset=Campaign.objects.all(),
+        error_messages={"required": "Choose a campaign.", "invalid_choice": "Choose a campaign."},
+    )
+    name = forms.CharField(max_length=120, required=False)
 
 
 def signup_enabled() -> bool:

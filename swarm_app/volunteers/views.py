@@ -63,14 +63,13 @@ def me(request: HttpRequest) -> HttpResponse:
             return redirect("volunteer-me")
         messages.error(request, "; ".join(form.errors.get("display_name", [])))
     elif request.method == "POST":
-        chosen = request.POST.get("campaign", "")
-        campaign = Campaign.objects.filter(pk=int(chosen)).first() if chosen.isdigit() else None
-        name = request.POST.get("name", "").strip()[:120]
-        if campaign is None:
-            messages.error(request, "Choose a campaign.")
+        form = accounts.TokenForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, " ".join(error for errors in form.errors.values() for error in errors))
         elif volunteer is None:
             messages.error(request, "Choose a display name first.")
         else:
+            campaign, name = form.cleaned_data["campaign"], form.cleaned_data["name"]
             try:
                 token, secret = tokens.create(request.user, campaign, name, _invited(request))
             except tokens.TokenError as error:

@@ -200,11 +200,19 @@ def test_only_staff_switch_a_campaigns_volunteer_access(volunteer):
     assert campaign.volunteer_access == Campaign.VolunteerAccess.OPEN
 
 
-def test_a_bad_campaign_choice_is_told_not_a_server_error(volunteer):
+def test_a_bad_campaign_choice_is_told_not_a_server_error(volunteer, campaign):
     client = logged_in(volunteer)
-    for value in ("abc", "", "99999", "-1"):
+    # "²" and "٣" are str.isdigit(); 30 digits overflow PostgreSQL's bigint; 5,000 digits pass
+    # Python's int() limit.
+    for value in ("abc", "", "99999", "-1", "²", "٣", "9" * 30, "1" * 5000):
         response = client.post(reverse("volunteer-me"), {"campaign": value, "name": "x"})
         assert response.status_code == 200 and "Choose a campaign." in response.content.decode(), value
+    response = client.post(reverse("volunteer-me"), {"campaign": f"{campaign.pk}\x00", "name": "x"})
+    assert response.status_code == 200 and "Null characters are not allowed" in response.content.decode()
+    # PostgreSQL stores no NUL; the page's field takes 120 characters.
+    for name, told in (("a\x00b", "Null characters are not allowed"), ("x" * 121, "at most 120 characters")):
+        response = client.post(reverse("volunteer-me"), {"campaign": campaign.pk, "name": name})
+        assert response.status_code == 200 and told in response.content.decode(), name
     assert not WorkerToken.objects.exists()
 
 
