@@ -80,5 +80,8 @@ def new_invite_code(campaign: Campaign) -> str:
 
 
 def accept_invite(campaign: Campaign, code: str) -> bool:
-    """Whether ``code`` is the campaign's current invite code (compared in constant time)."""
-    return bool(campaign.invite_code) and secrets.compare_digest(campaign.invite_code, code)
+    """Whether ``code`` is the campaign's current invite code (compared in constant time, as
+    bytes: compare_digest refuses str with non-ASCII characters, which a URL may carry)."""
+    return bool(campaign.invite_code) and secrets.compare_digest(
+        campaign.invite_code.encode(), code.encode("utf-8", "surrogatepass")
+    )

@@ -184,6 +184,7 @@ def test_invite_only_private_and_finished_campaigns(volunteer):
     link = f"http://testserver/campaigns/{invite_only.pk}/join/{invite_only.invite_code}/"
     assert f'<pre id="invite-link">{link}</pre>' in tokens_page
     assert client.get(f"/campaigns/{invite_only.pk}/join/wrong-code/").status_code == 404
+    assert client.get(f"/campaigns/{invite_only.pk}/join/%C3%A9t%C3%A9/").status_code == 404  # "été"
     assert client.get(link).status_code == 302
     page = create_token(client, invite_only).content.decode()
     assert 'id="token-secret"' in page
