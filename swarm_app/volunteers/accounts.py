@@ -19,7 +19,7 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import UserCreationForm
-from django.db import transaction
+from django.db import connection, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -106,6 +106,12 @@ def signup_allowed(request: HttpRequest) -> bool:
     address = client_address(request)
     since = timezone.now() - timedelta(seconds=settings.SIGNUP_WINDOW_SECONDS)
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # One address's forms are counted one at a time (SQLite's IMMEDIATE transactions,
+            # settings.py, already are): forms sent at once would all count below the limit
+            # before any of them is stored.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"signup {address}"])
         SignupAttempt.objects.filter(created_at__lt=since).delete()  # the table stays one window long
         if (
             SignupAttempt.objects.filter(address=address, created_at__gte=since).count()

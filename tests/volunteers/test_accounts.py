@@ -4,11 +4,14 @@ accounts.py, tokens.py, views.py), through Django's test client on the test data
 from __future__ import annotations
 
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connection, connections, transaction
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -87,6 +90,58 @@ def test_sign_up_is_throttled_per_address(db):
     # Another address is not throttled.
     assert sign_up(Client(REMOTE_ADDR="192.0.2.9"), username="u4", display_name="U 4") == 302
     assert SignupAttempt.objects.count() == 4
+
+
+@override_settings(SIGNUP_LIMIT=2, SIGNUP_WINDOW_SECONDS=60)
+def test_concurrent_sign_ups_from_one_address_stop_at_the_limit(transactional_db):
+    """6 forms from one address at once, each from a thread and connection of its own (with the
+    lock's holder and this thread, the test process's pool of 8): exactly SIGNUP_LIMIT get through
+    the throttle (the others 429), and that many attempts are stored.
+
+    On PostgreSQL the race is made certain rather than left to timing: another transaction holds
+    the attempts table (SHARE ROW EXCLUSIVE) until all 6 wait on a lock, so without the
+    throttle's per-address lock they count the same window at once when it is let go (seen: 4
+    of 6 admitted at a limit of 2). SQLite's IMMEDIATE transactions take no table locks; there they simply race."""
+    postgres = connection.vendor == "postgresql"
+    forms = 6
+    start, held, release = threading.Barrier(forms), threading.Event(), threading.Event()
+
+    def hold_table() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {SignupAttempt._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def attempt(n: int) -> int:
+        try:
+            start.wait(10)
+            return sign_up(Client(), username=f"c{n}", display_name=f"C {n}", password2="mismatch")
+        finally:
+            connections.close_all()
+
+    def waiting_on_locks() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return cursor.fetchone()[0]
+
+    with ThreadPoolExecutor(forms + 1) as pool:
+        if postgres:
+            holder = pool.submit(hold_table)
+            assert held.wait(10)
+        answers = pool.map(attempt, range(forms))
+        if postgres:
+            deadline = time.monotonic() + 30
+            while waiting_on_locks() < forms:
+                assert time.monotonic() < deadline, "the forms never all waited"
+                time.sleep(0.05)
+            release.set()
+            holder.result()
+        answers = list(answers)
+    assert sorted(answers) == [200] * 2 + [429] * (forms - 2), answers
+    assert SignupAttempt.objects.count() == 2
 
 
 def test_the_51st_wrong_password_of_a_volunteer_within_a_minute_is_refused(volunteer):
