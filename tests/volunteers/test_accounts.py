@@ -125,7 +125,9 @@ def test_concurrent_sign_ups_from_one_address_stop_at_the_limit(transactional_db
 
     def waiting_on_locks() -> int:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
             return cursor.fetchone()[0]
 
     with ThreadPoolExecutor(forms + 1) as pool:
