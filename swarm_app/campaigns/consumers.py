@@ -200,6 +200,8 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 if not await self._still_allowed():
                     return  # the socket is closed
                 last_tables = await self._push(last_tables)
+            except Disconnected:  # the viewer went while this push was under way: nobody to feed
+                return
             except Exception:  # a failed query must not end the feed; the next push retries
                 log.exception("dashboard push for campaign %s failed", self.campaign_id)
                 await asyncio.sleep(1.0)
