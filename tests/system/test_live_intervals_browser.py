@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import re
 import threading
+from pathlib import Path
 
 import pytest
 from django.db import connection
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import ControlRun, RoundMetrics
+from swarm_app.campaigns.rollups import rebuild_campaign
 from tests.servers import asgi_server
 from tests.system.test_browser import seed_campaign
 
@@ -43,6 +46,23 @@ def summary_numbers(page) -> dict[str, tuple[float, float, float]]:
         if match:
             out[name] = tuple(float(x) for x in match.groups())
     return out
+
+
+def wait_for_horizon(page, number: int, log: Path) -> None:
+    """Wait until tiny-1m's summary shows H = ``number``; on a timeout, fail with what the page
+    showed and heard, and the server's log (a timeout alone says nothing of why)."""
+    horizon = "document.querySelector('#summary tbody tr td:nth-child(2)')?.textContent"
+    try:
+        page.wait_for_function(f"() => {horizon} === '{number}'", timeout=UPDATE_SECONDS * 1000)
+    except PlaywrightTimeout:
+        seen = page.evaluate(
+            "() => { const s = window.swarmDashboard; return {summary: document.querySelector('#summary')"
+            "?.innerText, socketOpen: s.socketOpen, reconnects: s.reconnects, messages: s.messages,"
+            " loadNote: s.loadNote, errors: s.errors, status: document.getElementById('status-line')"
+            "?.innerText}; }"
+        )
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no server log)"
+        pytest.fail(f"H never became {number} in {UPDATE_SECONDS} s; the page: {seen}\nserver log:\n{tail}")
 
 
 def report(runs: list[ControlRun], number: int) -> None:
@@ -70,13 +90,16 @@ def test_every_point_stays_in_its_interval_while_an_arm_catches_up(transactional
     ControlRun.objects.filter(pk__in=[r.pk for r in runs]).update(
         state=ControlRun.State.RUNNING, round=BEHIND
     )
-    horizon = "() => document.querySelector('#summary tbody tr td:nth-child(2)')?.textContent"
-    with asgi_server(tmp_path / "daphne.log", SERVE_STATIC="1") as base:
+    # Rows rewritten or deleted in place reach the rollups only through a rebuild (rollups.py);
+    # without it, any refresh that ran since seed_campaign would leave the page showing H = 10.
+    rebuild_campaign(campaign.pk)
+    log = tmp_path / "daphne.log"
+    with asgi_server(log, SERVE_STATIC="1") as base:
         page.goto(f"{base}{campaign.get_absolute_url()}")
         page.wait_for_function("() => window.swarmDashboard && window.swarmDashboard.ready")
         seen = []
         for number in range(BEHIND, 10):
-            page.wait_for_function(f"() => ({horizon})() === '{number}'", timeout=UPDATE_SECONDS * 1000)
+            wait_for_horizon(page, number, log)
             numbers = summary_numbers(page)
             # The swarm (2 swarms), isolated (3 seeds), self-replay (2) and their gains.
             assert {"swarm", "isolated", "self", "gain vs isolated", "gain vs self"} <= set(numbers), numbers
@@ -84,7 +107,7 @@ def test_every_point_stays_in_its_interval_while_an_arm_catches_up(transactional
                 assert low <= point <= high, (number, name, point, low, high)
             seen.append((number, numbers["gain vs isolated"]))
             report(runs, number)
-        page.wait_for_function(f"() => ({horizon})() === '10'", timeout=UPDATE_SECONDS * 1000)
+        wait_for_horizon(page, 10, log)
         assert all(low <= point <= high for point, low, high in summary_numbers(page).values())
     # The swarm's reward fell after round 3 while the control's stayed: its gain fell as H grew.
     gains = [gain[0] for _, gain in seen]
