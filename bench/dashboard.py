@@ -273,9 +273,10 @@ def main() -> int:
     from django.conf import settings
     from django.db import connection
 
-    from swarm_app.campaigns import dashboard, rollups
+    from swarm_app.campaigns import rollups
     from swarm_app.campaigns.models import Campaign, RoundMetrics
     from swarm_app.coordinator.models import WorkerNode
+    from swarm_app.web import dashboard
     from tests.servers import asgi_server
 
     campaign, runs, (token, secret) = make_campaign(args.rounds)

@@ -16,10 +16,10 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from swarm_app.campaigns.routing import websocket_urlpatterns as dashboard_ws  # noqa: E402
 from swarm_app.coordinator.routing import websocket_urlpatterns as worker_ws  # noqa: E402
 from swarm_app.core.origin import SameOriginValidator  # noqa: E402
 from swarm_app.core.routing import websocket_urlpatterns as core_ws  # noqa: E402
+from swarm_app.web.routing import websocket_urlpatterns as dashboard_ws  # noqa: E402
 
 if settings.SERVE_STATIC:
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler

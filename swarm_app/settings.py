@@ -187,6 +187,8 @@ INSTALLED_APPS = [
     "swarm_app.core",
     "swarm_app.campaigns",
     "swarm_app.coordinator",
+    "swarm_app.runs",
+    "swarm_app.web",
     "swarm_app.demo",
     "swarm_app.volunteers",
 ]

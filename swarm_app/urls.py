@@ -5,13 +5,13 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
-from swarm_app.campaigns import views as campaign_views
 from swarm_app.coordinator import scrape
 from swarm_app.core import views as core_views
+from swarm_app.web import views as campaign_views
 
 urlpatterns = [
     path("", campaign_views.status, name="home"),
-    path("", include("swarm_app.campaigns.urls")),
+    path("", include("swarm_app.web.urls")),
     # Volunteers: sign-up, their tokens, pages, leaderboards (swarm_app/volunteers/urls.py).
     path("", include("swarm_app.volunteers.urls")),
     path("healthz", core_views.healthz, name="healthz"),

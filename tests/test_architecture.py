@@ -39,7 +39,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "swarm_app.settings")
 from swarm_app.asgi import application
 from swarm_app.celery import app
 app.loader.import_default_modules()
-import swarm_app.campaigns.tasks, swarm_app.coordinator.consumers, swarm_app.campaigns.controls
+import swarm_app.runs.tasks, swarm_app.coordinator.consumers, swarm_app.runs.controls
 from django.core.management import load_command_class
 for name, app_name in (("migrate", "django.core"), ("demo", "swarm_app.demo")):
     load_command_class(app_name, name)

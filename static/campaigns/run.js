@@ -1,7 +1,7 @@
 /* The run section of a campaign's page (issue #26 item 6): started, elapsed, rounds done and the
  * time left per arm, the headline gain per tier and, once the campaign has finished, the verdict.
  *
- * Every sentence is written on the server (swarm_app/campaigns/run_info.py, the same function
+ * Every sentence is written on the server (swarm_app/web/run_info.py, the same function
  * that rendered the section into the page); this script only keeps it current. Once a second it
  * looks at what static/campaigns/dashboard.js already holds (window.swarmDashboard: the last
  * tables message, the campaign's state), and when either has changed it fetches

@@ -61,7 +61,7 @@ class PointBatcher:
 
     A group send per report held a database thread for a hop back to the event loop and several
     Redis operations, 33 times a second at 1,000 volunteers; dashboards coalesce what they
-    receive over the same 0.25 s anyway (campaigns/consumers.py), so a viewer sees no difference.
+    receive over the same 0.25 s anyway (web/consumers.py), so a viewer sees no difference.
     """
 
     FLUSH_SECONDS = 0.25

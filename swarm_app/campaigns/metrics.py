@@ -15,7 +15,7 @@ from channels.layers import get_channel_layer
 
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import ControlRun, RoundMetrics
-from worker.shared.protocol import ErrorCode, ProtocolError, clean_metrics
+from worker.shared.protocol import clean_metrics
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +38,6 @@ def broadcast(campaign_id: int, row: RoundMetrics) -> None:
         )
     except Exception as error:  # the dashboard catching up on reload is fine; losing the report is not
         log.warning("could not broadcast metrics of campaign %s (channel layer: %s)", campaign_id, error)
-
-
-def record_node_metrics(node, round: int, metrics: dict[str, Any]) -> RoundMetrics:
-    """Store a worker's report for ``round`` under its verified reward; the caller announces it
-    (the coordinator's consumer, in batches: a group send per report cost a hop from the database
-    thread back to the event loop and several Redis operations while holding that thread)."""
-    from swarm_app.coordinator.storage import store
-
-    # ``metrics`` was validated at the boundary (protocol.MetricsReport): finite, bounded keys.
-    row = store().record_node_metrics(node, round, metrics)
-    if row is None:
-        raise ProtocolError(
-            ErrorCode.INVALID_MESSAGE,
-            f"metrics for round {round}: no verified rollouts of this node in that round",
-        )
-    return row
 
 
 def record_control_metrics(run: ControlRun, round: int, metrics: dict[str, float]) -> RoundMetrics:

@@ -174,7 +174,7 @@ class RoundMetrics(models.Model):
 class RoundAggregate(models.Model):
     """Dashboard rollup: one arm's statistics across agents for one round of one tier.
 
-    Maintained by swarm_app/campaigns/dashboard.py from new RoundMetrics rows (recomputed per
+    Maintained by swarm_app/campaigns/rollups.py from new RoundMetrics rows (recomputed per
     touched round, never incremented), so a page of a 1,000-worker, 2,000-round campaign reads
     a few thousand rows instead of aggregating two million.
     """

@@ -18,10 +18,12 @@ from django.conf import settings
 from msgspec import UNSET, UnsetType
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
+from swarm_app.campaigns.metrics import point
 from swarm_app.coordinator import groups, leases, pool, sessions, submissions, telemetry
 from swarm_app.coordinator.database import database_threads, db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
+from swarm_app.coordinator.storage import store
 from swarm_app.core.consumers import NoDatabaseHopDispatch
 from swarm_app.core.limits import TokenBucket, UnexpectedErrorLog
 from worker.shared import protocol
@@ -98,9 +100,13 @@ def report_and_lease(
     """Store the round's metrics; with ``next_lease``, also the lease a lease_request for the
     next round would get, or nothing when that would be an error (the campaign paused or done,
     the node's rounds done, its token revoked): the worker then asks, and is told why."""
-    from swarm_app.campaigns.metrics import record_node_metrics
-
-    row = record_node_metrics(node, round, metrics)
+    # ``metrics`` was validated at the boundary (protocol.MetricsReport): finite, bounded keys.
+    row = store().record_node_metrics(node, round, metrics)
+    if row is None:
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE,
+            f"metrics for round {round}: no verified rollouts of this node in that round",
+        )
     if not next_lease:
         return row, UNSET
     try:
@@ -226,8 +232,6 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             case protocol.SampleRequest(count=count):
                 return protocol.Samples(rollouts=await self._samples(node, count))
             case protocol.MetricsReport(round=round, metrics=metrics):
-                from swarm_app.campaigns.metrics import point
-
                 row, next_lease = await db(report_and_lease)(node, round, metrics, self.version >= 2)
                 POINTS.add(node.campaign_id, point(row))
                 return protocol.MetricsAck(round=round, next_lease=next_lease)

@@ -1,7 +1,7 @@
 """Volunteer pages: sign-up, my tokens, a volunteer's page, a node's page, a campaign's
 leaderboard and its invite link. Thin: the work is in accounts.py, tokens.py, pages.py.
 
-Visibility follows the campaign pages (campaigns/views.get_visible): public campaigns for
+Visibility follows the campaign pages (web/views.get_visible): public campaigns for
 everyone, private ones for staff (404 otherwise). No page here shows a username, an email or a
 token other than the one just made, shown once to its owner.
 """
@@ -17,11 +17,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from swarm_app.campaigns.models import Campaign
-from swarm_app.campaigns.views import get_visible, staff_required
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.core import join
 from swarm_app.volunteers import accounts, credit, pages, tokens
 from swarm_app.volunteers.models import Volunteer
+from swarm_app.web.views import get_visible, staff_required
 
 
 def signup(request: HttpRequest) -> HttpResponse:

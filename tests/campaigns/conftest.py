@@ -15,7 +15,7 @@ def fresh_tables_cache():
     """dashboard.cached_tables keeps a campaign's tables for 2 s by its id; a test database
     rolled back hands the next test's campaign the same id, which would read the previous
     test's tables (test_run_page after test_dashboard did)."""
-    from swarm_app.campaigns import dashboard
+    from swarm_app.web import dashboard
 
     dashboard._tables_cache.clear()
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm_app.campaigns import consumers
+from swarm_app.web import consumers
 from tests.campaigns.helpers import make_campaign
 from tests.servers import asgi_server
 

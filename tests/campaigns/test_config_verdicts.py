@@ -24,8 +24,8 @@ from django.core.exceptions import ValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarm_app.campaigns.forms import FORM_FIELDS, FORM_SETTINGS, CampaignForm
 from swarm_app.campaigns.models import Campaign
+from swarm_app.web.forms import FORM_FIELDS, FORM_SETTINGS, CampaignForm
 from worker.cli import main as cli
 from worker.cli.campaign import PROG, flag
 from worker.shared.campaign import SETTINGS, CampaignConfig, ConfigError

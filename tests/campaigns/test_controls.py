@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from swarm_app.campaigns import controls, lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.celery import app as celery_app
+from swarm_app.runs import controls, lifecycle
 from tests.factories import tiny_campaign_config
 from tests.servers import celery_worker
 from worker.shared.campaign import ControlsConfig
@@ -320,7 +320,7 @@ def test_self_replay_and_over_generation_controls_run_on_celery(transactional_db
     assert any(rows[("dyn", r)]["generation/questions"] > config.questions_per_round for r in range(rounds))
     # Compute on the page (issue #29 item 3): what each arm generated and trained on, per round
     # and agent, from the rollups, with its n; over-generation paid in completions.
-    from swarm_app.campaigns import dashboard
+    from swarm_app.web import dashboard
 
     mechanism = dashboard.dashboard_payload(campaign)["mechanism"]["tiny-1m"]["arms"]
     for arm in ("self", "dyn"):

@@ -17,11 +17,12 @@ import websockets
 from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
-from swarm_app.campaigns import dashboard, estimates, rollups, series, status_tables
+from swarm_app.campaigns import rollups
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.web import dashboard, estimates, series, status_tables
 from tests.coordinator.helpers import in_thread
 from worker.shared import stats
 from worker.shared.campaign import CampaignConfig

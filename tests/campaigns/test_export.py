@@ -11,10 +11,10 @@ import urllib.request
 import pytest
 from django.urls import reverse
 
-from swarm_app.campaigns.api import FIXED
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.web.api import FIXED
 from tests.campaigns.helpers import make_campaign
 
 

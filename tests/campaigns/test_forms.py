@@ -258,7 +258,7 @@ def test_local_workers_need_the_setting_and_a_tier_this_machine_runs(staff, sett
     assert "local_workers" not in staff.get(reverse("campaign-new")).context["form"].fields
     settings.SWARM_ALLOW_LOCAL_WORKERS = True
     assert "local_workers" in staff.get(reverse("campaign-new")).context["form"].fields
-    monkeypatch.setattr("swarm_app.campaigns.forms.local_hardware", lambda: dict(CPU))
+    monkeypatch.setattr("swarm_app.web.forms.local_hardware", lambda: dict(CPU))
     response = staff.post(
         reverse("campaign-new"), form_data(tiers=["qwen2.5-0.5b"], local_workers="2", allow_unseen_tiers="on")
     )
@@ -269,7 +269,7 @@ def test_local_workers_need_the_setting_and_a_tier_this_machine_runs(staff, sett
 
 def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monkeypatch):
     settings.SWARM_ALLOW_LOCAL_WORKERS = True
-    monkeypatch.setattr("swarm_app.campaigns.forms.local_hardware", lambda: dict(CPU))
+    monkeypatch.setattr("swarm_app.web.forms.local_hardware", lambda: dict(CPU))
     started = []
 
     class FakePopen:
@@ -281,7 +281,7 @@ def test_the_form_starts_local_workers_for_a_demo_campaign(staff, settings, monk
         def wait(self):
             return 0
 
-    monkeypatch.setattr("swarm_app.campaigns.local_workers.subprocess.Popen", FakePopen)
+    monkeypatch.setattr("swarm_app.runs.local_workers.subprocess.Popen", FakePopen)
     monkeypatch.delenv("SWARM_MODEL_CACHE", raising=False)
     response = staff.post(reverse("campaign-new"), form_data(local_workers="2", launch_now="on"))
     assert response.status_code == 302

@@ -9,11 +9,11 @@ import pytest
 from channels.layers import get_channel_layer
 from django.urls import reverse
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.broadcast import campaign_group, worker_group
 from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.runs import lifecycle
 from tests.campaigns.helpers import make_campaign
 from worker.shared.campaign import ControlsConfig
 

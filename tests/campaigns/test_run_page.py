@@ -1,4 +1,4 @@
-"""The run section of a campaign's page (issue #26 item 6): swarm_app/campaigns/run_info.py's
+"""The run section of a campaign's page (issue #26 item 6): swarm_app/web/run_info.py's
 plain functions on constructed payloads, then the page and its JSON through Django's test client
 on the real database (stored reports, the real rollups and dashboard payload).
 
@@ -21,11 +21,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from swarm_app.campaigns import run_info
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.web import run_info
 from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_config, sapo_table_config
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)

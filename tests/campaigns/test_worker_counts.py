@@ -5,9 +5,9 @@ one status, the same words as the workers table. Issue #30 saw "1 healthy, 0 con
 from __future__ import annotations
 
 from swarm_app.campaigns.models import Campaign
-from swarm_app.campaigns.status_tables import worker_rows, worker_status_counts
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.web.status_tables import worker_rows, worker_status_counts
 from worker.shared.campaign import CampaignConfig
 
 

@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.runs import lifecycle
 from tests.servers import asgi_server, free_port, stop, worker_process
 from tests.system.conftest import ARTIFACTS, PHONE
 from worker.shared.campaign import CampaignConfig, ControlsConfig

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from django.db import connection  # noqa: F401 (read by the skipif condition below)
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.runs import lifecycle
 from tests.factories import tiny_campaign_config
 from tests.faults import FaultProxy
 from tests.servers import asgi_server, free_port, kill, redis_cli, start_redis, stop, worker_process

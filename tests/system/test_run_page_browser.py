@@ -21,9 +21,9 @@ import time
 import pytest
 from django.db import connections
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
+from swarm_app.runs import lifecycle
 from tests.campaigns.test_run_page import seed
 from tests.servers import asgi_server
 from tests.system.conftest import ARTIFACTS, PHONE

@@ -19,11 +19,11 @@ import websockets
 from django import db
 from django.db import connection  # noqa: F401 (read by the skipif condition below)
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token, revoke
+from swarm_app.runs import lifecycle
 from tests.coordinator.helpers import G, honest_rollouts
 from tests.servers import asgi_server
 from tests.wsclient import RawSession

@@ -172,8 +172,8 @@ def test_one_name_per_node_in_page_picker_table_and_export(volunteer):
     import io
     import json
 
-    from swarm_app.campaigns import dashboard, status_tables
     from swarm_app.campaigns.models import ControlRun
+    from swarm_app.web import dashboard, status_tables
 
     campaign = make_campaign()
     token, _ = tokens.create(volunteer.user, campaign, "laptop")

@@ -3,7 +3,7 @@
 A campaign's controls (the arms of worker/shared/arms.py for the swarm's I/J: isolated,
 filtered, self-replay, over-generation) train the same engine as a swarm node with a
 :class:`~worker.engine.transport.LocalTransport` and no pool. The coordinator's Celery worker
-starts this command and supervises it (swarm_app/campaigns/controls.py: claim, heartbeat,
+starts this command and supervises it (swarm_app/runs/controls.py: claim, heartbeat,
 pause, metrics, failure), so no coordinator process imports torch: only this one does, and it
 touches no database.
 

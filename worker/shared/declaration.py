@@ -6,7 +6,7 @@ dataclass (worker/shared/campaign.py, worker/shared/config.py). This module read
 declarations for what follows from them: the check of one value against its declaration (so
 that every problem of a settings dict is found, not only the first msgspec meets), the wording
 of a bound ("between 2 and 64"), and the list of scalar settings from which the campaign form
-(swarm_app/campaigns/forms.py) and the command line (worker/cli/campaign.py) build their fields.
+(swarm_app/web/forms.py) and the command line (worker/cli/campaign.py) build their fields.
 """
 
 from __future__ import annotations

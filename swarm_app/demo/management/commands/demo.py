@@ -165,11 +165,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
-        from swarm_app.campaigns.lifecycle import complete_if_done, launch, stop
-        from swarm_app.campaigns.local_workers import model_cache
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
+        from swarm_app.runs.lifecycle import complete_if_done, launch, stop
+        from swarm_app.runs.local_workers import model_cache
         from worker.shared.campaign import cpu_demo_config
         from worker.shared.tiers import tier, tiny_model_ready
 

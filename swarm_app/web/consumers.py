@@ -44,10 +44,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
 
-from swarm_app.campaigns import dashboard
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Campaign
 from swarm_app.core.limits import TokenBucket
+from swarm_app.web import dashboard
 
 FLUSH_SECONDS = 0.25  # at most four point pushes a second
 TABLES_SECONDS = 3.0

@@ -11,8 +11,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
+from swarm_app.runs import lifecycle
 
 
 def _lifecycle_action(name: str, verb: str):

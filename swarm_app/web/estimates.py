@@ -1,6 +1,6 @@
 """The campaign page's numbers with their intervals: the summary over the settled horizon, the gain
 of the swarm over each control (swarms against seeds), the windows of the time course and the
-mechanism table (the definitions: swarm_app/campaigns/dashboard.py)."""
+mechanism table (the definitions: swarm_app/web/dashboard.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 from swarm_app.campaigns.models import Arm, Campaign
 from swarm_app.campaigns.rollups import BLOCK_ROUNDS, MECHANISM_KEYS, blocks_between
-from swarm_app.campaigns.series import (
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.web.series import (
     ARM_LABELS,
     ARMS,
     BOOTSTRAP_RESAMPLES,
@@ -43,7 +44,6 @@ class AgentMeans(NamedTuple):
 
 def replicate_of(campaign: Campaign) -> dict[str, int]:
     """{agent ("node:<id>"): the swarm it trains in (0..R-1)} for the campaign's swarm nodes."""
-    from swarm_app.coordinator.models import WorkerNode
 
     rows = WorkerNode.objects.filter(campaign=campaign).values_list("node_id", "replicate")
     return {f"node:{node_id}": replicate for node_id, replicate in rows}

@@ -49,11 +49,11 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from swarm_app.campaigns import lifecycle
 from swarm_app.campaigns.broadcast import broadcast_refresh
-from swarm_app.campaigns.control_process import ControlProcess, ControlProcessError
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import Campaign, ControlRun
+from swarm_app.runs import lifecycle
+from swarm_app.runs.control_process import ControlProcess, ControlProcessError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The home page (``/``, name ``home``) is the status page, routed in swarm_app/url
 
 from django.urls import path
 
-from swarm_app.campaigns import api, views
+from swarm_app.web import api, views
 
 urlpatterns = [
     path("campaigns/new/", views.campaign_new, name="campaign-new"),

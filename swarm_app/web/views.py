@@ -22,11 +22,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from swarm_app.campaigns import dashboard, lifecycle, local_workers, run_info, series, status_tables
-from swarm_app.campaigns.forms import CampaignForm, TokenForm, tasks_to_text
 from swarm_app.campaigns.models import Campaign
 from swarm_app.campaigns.rollups import refresh_rollups
+from swarm_app.coordinator import archive
+from swarm_app.coordinator.models import WorkerToken
+from swarm_app.coordinator.tokens import create_token, revoke
 from swarm_app.core import join
+from swarm_app.runs import lifecycle, local_workers
+from swarm_app.web import dashboard, run_info, series, status_tables
+from swarm_app.web.forms import CampaignForm, TokenForm, tasks_to_text
 from worker import __version__
 from worker.shared.campaign import CAMPAIGN_PRESETS
 from worker.shared.questions import PRESETS as TASK_PRESETS
@@ -152,8 +156,6 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
 
 def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:
     """Store the campaign; launch it and start local workers if the form asked to."""
-    from swarm_app.coordinator.models import WorkerToken
-    from swarm_app.coordinator.tokens import create_token
 
     data = form.cleaned_data
     with transaction.atomic():
@@ -189,7 +191,6 @@ def campaign_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
 @staff_required
 def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
     """List tokens; POST creates one and shows its secret once (it is stored hashed)."""
-    from swarm_app.coordinator.tokens import create_token
 
     campaign = get_object_or_404(Campaign, pk=pk)
     secret = None
@@ -228,7 +229,6 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @staff_required
 def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
-    from swarm_app.coordinator.tokens import revoke
 
     campaign = get_object_or_404(Campaign, pk=pk)
     token = get_object_or_404(campaign.tokens, pk=token_id)
@@ -245,7 +245,6 @@ def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
 def rollouts_download(request: HttpRequest, pk: int) -> HttpResponse:
     """Every rollout of the campaign, archived or still in the pool, as gzip-compressed JSONL
     (one rollout a line, each once), streamed (swarm_app/coordinator/archive.py)."""
-    from swarm_app.coordinator import archive
 
     campaign = get_object_or_404(Campaign, pk=pk)
     response = StreamingHttpResponse(archive.stream(campaign.pk), content_type="application/gzip")

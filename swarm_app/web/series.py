@@ -1,4 +1,4 @@
-"""The campaign page's per-round series and the names it shows (swarm_app/campaigns/dashboard.py
+"""The campaign page's per-round series and the names it shows (swarm_app/web/dashboard.py
 states the definitions): arms, labels, the notes that replace an interval, and the rounds every
 live agent has reported (settled)."""
 
@@ -13,6 +13,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
 from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, RoundAggregate
+from swarm_app.coordinator.models import WorkerNode
 
 MAX_POINTS = 500
 # Fewer resamples than the study's report: the interval is recomputed on every page load.
@@ -158,7 +159,6 @@ def load_aggregates(campaign: Campaign) -> dict[tuple[str, str], list[tuple]]:
 def live_agents(campaign: Campaign) -> dict[str, tuple[str, str]]:
     """{agent: (tier, arm)} of the agents still running: connected swarm nodes and running
     control runs (an agent that left or finished is expected to report nothing more)."""
-    from swarm_app.coordinator.models import WorkerNode
 
     agents = {
         f"node:{node_id}": (tier, Arm.SWARM.value)

@@ -28,6 +28,7 @@ from django.utils import timezone
 from swarm_app.campaigns.broadcast import push_state
 from swarm_app.campaigns.models import Arm, Campaign, ControlRun
 from swarm_app.celery import app as celery_app
+from swarm_app.coordinator.models import WorkerNode
 
 log = logging.getLogger(__name__)
 State = Campaign.State
@@ -158,7 +159,6 @@ def is_complete(campaign: Campaign) -> bool:
     Offline and banned nodes short of the rounds do not hold a campaign open: a volunteer who
     left must not keep it running forever; the organizer can still stop a campaign by hand.
     """
-    from swarm_app.coordinator.models import WorkerNode
 
     rounds = campaign.settings.rounds
     nodes = WorkerNode.objects.filter(campaign=campaign).exclude(state=WorkerNode.State.BANNED)

@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 from django.conf import settings
 
-from swarm_app.campaigns.local_workers import model_cache
 from swarm_app.campaigns.models import ControlRun
+from swarm_app.runs.local_workers import model_cache
 
 CLOSE_SECONDS = 30.0  # a process asked to stop gets this long before it is killed
 

@@ -26,7 +26,8 @@ from django.core.validators import BaseValidator
 from django.utils import timezone
 from django.utils.html import conditional_escape
 
-from swarm_app.coordinator.models import WorkerToken
+from swarm_app.coordinator.assignment import fits
+from swarm_app.coordinator.models import WorkerNode, WorkerToken
 from worker.shared.campaign import (
     CAMPAIGN_PRESETS,
     GRPO_DEFAULTS,
@@ -201,8 +202,6 @@ def local_hardware() -> dict[str, Any]:
 
 def tier_problems(tiers: list[str], local_workers: int) -> list[str]:
     """Tiers no worker can run: on this machine (local workers) or on any worker seen lately."""
-    from swarm_app.coordinator.assignment import fits
-    from swarm_app.coordinator.models import WorkerNode
 
     if local_workers:
         hardware = local_hardware()

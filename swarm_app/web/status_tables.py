@@ -9,17 +9,18 @@ from typing import Any
 
 from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, Q
 
-from swarm_app.campaigns.estimates import (
+from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundMetrics
+from swarm_app.coordinator.models import PoolRollout, WorkerNode
+from swarm_app.core.names import node_label
+from swarm_app.web.estimates import (
     interval_note,
 )
-from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundMetrics
-from swarm_app.campaigns.series import (
+from swarm_app.web.series import (
     BOOTSTRAP_RESAMPLES,
     CONTROL_ARMS,
     GIB,
     tiers_of,
 )
-from swarm_app.core.names import node_label
 from worker.shared import stats
 
 # --- pool, workers, controls -----------------------------------------------------------------
@@ -51,7 +52,6 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
     """The pool now (its sampling window) and, per tier and round, the swarm's share of
     zero-advantage groups and of external rollouts in what it trained on (tiers apart: their
     models differ, so do their shares)."""
-    from swarm_app.coordinator.models import PoolRollout
 
     window = int(campaign.config.get("pool_window", 256))
     sequence = campaign.rollout_sequence
@@ -128,7 +128,6 @@ def worker_status(state: str, connected: bool, round_: int, rounds: int) -> str:
 
 
 def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    from swarm_app.coordinator.models import WorkerNode
 
     rounds = int(campaign.config.get("rounds", 0))
     nodes = WorkerNode.objects.filter(campaign=campaign).order_by("-round", "node_id")
@@ -181,7 +180,6 @@ def worker_status_counts(campaign: Campaign) -> dict[str, int]:
     """The campaign's nodes by what the workers table says of each (worker_status): every node
     in exactly one status, so the counts add up to ``total`` (the workers box's words). One
     grouped read of the node table."""
-    from swarm_app.coordinator.models import WorkerNode
 
     rounds = int(campaign.config.get("rounds", 0))
     rows = (
@@ -201,7 +199,6 @@ def worker_status_counts(campaign: Campaign) -> dict[str, int]:
 
 
 def worker_counts(campaign: Campaign) -> dict[str, int]:
-    from swarm_app.coordinator.models import WorkerNode
 
     counts = dict(
         WorkerNode.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by()
@@ -289,7 +286,6 @@ def control_summary(total: int, running: int, mean_round: float, rounds: int) ->
 
 def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The status page: per campaign live worker counts and progress, and totals."""
-    from swarm_app.coordinator.models import WorkerNode
 
     ids = [c.pk for c in campaigns]
     live = dict(

@@ -3,7 +3,7 @@ AuthMiddlewareStack in swarm_app/asgi.py: they carry the viewer's session)."""
 
 from django.urls import path
 
-from swarm_app.campaigns.consumers import DashboardConsumer
+from swarm_app.web.consumers import DashboardConsumer
 
 websocket_urlpatterns = [
     path("ws/campaigns/<int:campaign_id>/", DashboardConsumer.as_asgi()),

@@ -18,11 +18,11 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from swarm_app.campaigns import dashboard, run_info, status_tables
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
-from swarm_app.campaigns.views import get_visible, visible_campaigns
 from swarm_app.core.names import control_label, node_label
+from swarm_app.web import dashboard, run_info, status_tables
+from swarm_app.web.views import get_visible, visible_campaigns
 
 PAGE = 2000
 # seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls);

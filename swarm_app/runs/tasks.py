@@ -1,6 +1,6 @@
 """Celery tasks of campaigns: the isolated-control runs, and beat's housekeeping.
 
-The tasks are thin: the work is in plain functions (controls.py, lifecycle.py, dashboard.py)
+The tasks are thin: the work is in plain functions (controls.py, lifecycle.py, campaigns/rollups.py)
 that tests call directly.
 """
 
@@ -11,7 +11,8 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_shutting_down
 
-from swarm_app.campaigns import controls, dashboard, lifecycle, rollups
+from swarm_app.campaigns import rollups
+from swarm_app.runs import controls, lifecycle
 
 
 @shared_task(name="campaigns.run_control", bind=True, ignore_result=True)
@@ -33,7 +34,7 @@ def complete_finished() -> list[int]:
 @shared_task(name="campaigns.refresh_dashboards", ignore_result=True)
 def refresh_dashboards() -> dict[str, Any]:
     """Keep the dashboard rollups current, so a first visitor's page loads from them."""
-    return dashboard.refresh_rollups()
+    return rollups.refresh_rollups()
 
 
 @shared_task(name="campaigns.rebuild_rollups", ignore_result=True)

@@ -32,7 +32,11 @@ import threading
 import time
 from typing import Any
 
-from swarm_app.campaigns.estimates import (
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.rollups import MECHANISM_KEYS, refresh_rollups
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.core.names import control_label, node_label
+from swarm_app.web.estimates import (
     agent_means,
     arms_shown,
     horizons,
@@ -40,9 +44,7 @@ from swarm_app.campaigns.estimates import (
     reference_control,
     summary,
 )
-from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
-from swarm_app.campaigns.rollups import MECHANISM_KEYS, refresh_rollups
-from swarm_app.campaigns.series import (
+from swarm_app.web.series import (
     BAND,
     GENERATED_COMPLETIONS,
     MAX_POINTS,
@@ -54,7 +56,7 @@ from swarm_app.campaigns.series import (
     settled_only,
     settled_rounds,
 )
-from swarm_app.campaigns.status_tables import (
+from swarm_app.web.status_tables import (
     campaign_info,
     control_rows,
     pool_stats,
@@ -62,7 +64,6 @@ from swarm_app.campaigns.status_tables import (
     worker_rows,
     worker_status_counts,
 )
-from swarm_app.core.names import control_label, node_label
 
 # --- what the page and the socket send -------------------------------------------------------
 
@@ -198,7 +199,6 @@ def agent_series(campaign: Campaign, agent: str, max_points: int = MAX_POINTS) -
 
 def agent_choices(campaign: Campaign, limit: int = 2000) -> list[dict[str, str]]:
     """Agents a viewer can pick a curve for: workers and control runs."""
-    from swarm_app.coordinator.models import WorkerNode
 
     nodes = (
         WorkerNode.objects.filter(campaign=campaign)
