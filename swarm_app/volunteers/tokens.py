@@ -11,6 +11,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import QuerySet
 
 from swarm_app.campaigns.models import Campaign
@@ -45,17 +47,21 @@ def is_open(campaign: Campaign) -> bool:
 
 def create(user, campaign: Campaign, name: str, invited: Iterable[int] = ()) -> tuple[WorkerToken, str]:
     """A new token of ``user`` for ``campaign`` named ``name``; returns it with its secret (shown
-    once, stored hashed)."""
+    once, stored hashed). At most MAX_ACTIVE_TOKENS active ones, also under concurrent requests:
+    the user's row is locked (PostgreSQL) and the token is stored before the count (on SQLite the
+    insert takes the database's write lock), so a second request counts the first one's token."""
     if not joinable(invited).filter(pk=campaign.pk).exists():
         if campaign.is_finished:
             raise TokenError(f"Campaign {campaign.name!r} is {campaign.state}: it takes no new workers.")
         raise TokenError(f"Campaign {campaign.name!r} is invite-only: open its invite link first.")
-    active = WorkerToken.objects.filter(owner=user, campaign=campaign, revoked_at__isnull=True).count()
-    if active >= MAX_ACTIVE_TOKENS:
-        raise TokenError(f"You hold {active} active tokens for this campaign: revoke one first.")
-    token, secret = coordinator_tokens.create_token(campaign, name.strip(), WorkerToken.BanScope.TOKEN)
-    token.owner = user
-    token.save(update_fields=["owner"])
+    with transaction.atomic():
+        list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk"))
+        token, secret = coordinator_tokens.create_token(campaign, name.strip(), WorkerToken.BanScope.TOKEN)
+        token.owner = user
+        token.save(update_fields=["owner"])
+        active = WorkerToken.objects.filter(owner=user, campaign=campaign, revoked_at__isnull=True).count()
+        if active > MAX_ACTIVE_TOKENS:  # raised inside the transaction: the new token is undone
+            raise TokenError(f"You hold {active - 1} active tokens for this campaign: revoke one first.")
     return token, secret
 
 

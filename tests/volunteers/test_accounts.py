@@ -18,6 +18,7 @@ from django.urls import reverse
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import WorkerToken
 from swarm_app.coordinator.tokens import authenticate, digest
+from swarm_app.volunteers import tokens
 from swarm_app.volunteers.models import SignupAttempt, Volunteer
 from tests.volunteers.conftest import PASSWORD
 from worker.shared.campaign import CampaignConfig
@@ -196,6 +197,67 @@ def test_a_volunteer_makes_names_and_revokes_their_own_tokens(volunteer):
     client.post(reverse("volunteer-token-revoke", args=[token.pk]))
     token.refresh_from_db()
     assert token.revoked
+
+
+def test_concurrent_token_requests_stop_at_the_cap(volunteer):
+    """A volunteer one token short of MAX_ACTIVE_TOKENS asks for 4 at once, each from a thread
+    and connection of its own: exactly one is made, the others are told to revoke one first.
+
+    On PostgreSQL the race is made certain: another transaction holds the tokens table (SHARE ROW
+    EXCLUSIVE: reads go on, inserts wait) until all 4 wait on a lock, so a count taken before the
+    insert would read 19 in every request (seen: 4 of 4 made, 23 active). On SQLite they race."""
+    postgres = connection.vendor == "postgresql"
+    campaign = make_campaign()
+    for n in range(tokens.MAX_ACTIVE_TOKENS - 1):
+        tokens.create(volunteer.user, campaign, f"machine {n}")
+    requests = 4
+    start, held, release = threading.Barrier(requests), threading.Event(), threading.Event()
+
+    def hold_table() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {WorkerToken._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def ask(n: int) -> str:
+        try:
+            start.wait(10)
+            tokens.create(volunteer.user, campaign, f"racer {n}")
+            return "made"
+        except tokens.TokenError as error:
+            return str(error)
+        finally:
+            connections.close_all()
+
+    def waiting_on_locks() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return cursor.fetchone()[0]
+
+    with ThreadPoolExecutor(requests + 1) as pool:
+        if postgres:
+            holder = pool.submit(hold_table)
+            assert held.wait(10)
+        answers = pool.map(ask, range(requests))
+        if postgres:
+            deadline = time.monotonic() + 30
+            while waiting_on_locks() < requests:
+                assert time.monotonic() < deadline, "the requests never all waited"
+                time.sleep(0.05)
+            release.set()
+            holder.result()
+        answers = list(answers)
+    refused = f"You hold {tokens.MAX_ACTIVE_TOKENS} active tokens for this campaign: revoke one first."
+    assert sorted(answers) == sorted(["made"] + [refused] * (requests - 1)), answers
+    assert (
+        WorkerToken.objects.filter(owner=volunteer.user, revoked_at__isnull=True).count()
+        == tokens.MAX_ACTIVE_TOKENS
+    )
 
 
 @override_settings(SWARM_PUBLIC_URL="https://swarm.example/")
