@@ -88,7 +88,7 @@ class Connection:
     def __init__(
         self,
         url: str,
-        hello: dict[str, Any],
+        hello: protocol.Hello,
         *,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         open_timeout: float = 20.0,
@@ -97,7 +97,7 @@ class Connection:
         ping_interval: float | None = 20.0,
     ) -> None:
         self.url = normalise_url(url)
-        self._hello = dict(hello)
+        self._hello = hello
         self.request_timeout = request_timeout
         self.open_timeout = open_timeout
         self.backoff = backoff or Backoff()
@@ -159,11 +159,11 @@ class Connection:
 
     def update_hello(self, **fields: Any) -> None:
         """Change what the next hello says (e.g. the measured generation speed)."""
-        self._hello = {**self._hello, **fields}
+        self._hello = msgspec.structs.replace(self._hello, **fields)
 
     @property
     def node_id(self) -> str:
-        return str(self._hello.get("node_id", ""))
+        return self._hello.node_id
 
     def heartbeat(self) -> str:
         """One heartbeat now; returns the campaign's state."""
@@ -364,7 +364,7 @@ class Connection:
     async def _handshake(self, conn: ClientConnection) -> protocol.Welcome:
         """Send the hello and wait for its answer on a fresh connection."""
         hello_id = uuid.uuid4().hex
-        await conn.send(protocol.encode(protocol.Hello(id=hello_id, **self._hello)))
+        await conn.send(protocol.encode(msgspec.structs.replace(self._hello, id=hello_id)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(self.request_timeout, self.open_timeout)
         while True:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from worker import __version__
 from worker.client.address import is_loopback, normalise_url
 from worker.client.backends import build_backend, choose_backend, measure_generation_speed
@@ -137,21 +139,23 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def hello_fields(
+def hello_message(
     token: str, node_id: str, hardware: Hardware, preferred_tier: str | None, tokens_per_second: float
-) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "protocol_versions": list(protocol.SUPPORTED_VERSIONS),
-        "token": token,
-        "node_id": node_id,
-        "client_version": __version__,
-        "hardware": hardware.to_json(),
-        "backends": list(hardware.backends)[:8],
-        "generation_tokens_per_second": max(0.0, float(tokens_per_second)),
-    }
-    if preferred_tier:
-        fields["preferred_tier"] = preferred_tier
-    return fields
+) -> protocol.Hello:
+    """What this node says at every connection (validated as the coordinator will read it)."""
+    return msgspec.convert(
+        {
+            "protocol_versions": list(protocol.SUPPORTED_VERSIONS),
+            "token": token,
+            "node_id": node_id,
+            "client_version": __version__,
+            "hardware": hardware.to_json(),
+            "backends": list(hardware.backends)[:8],
+            "generation_tokens_per_second": max(0.0, float(tokens_per_second)),
+            **({"preferred_tier": preferred_tier} if preferred_tier else {}),
+        },
+        protocol.Hello,
+    )
 
 
 MAX_NODES = 64  # nodes one process runs (each holds a websocket, a model and its optimizer)
@@ -343,7 +347,7 @@ class _NodeRun:
     def start(self, hardware: Hardware, backend_name: str, label: str = "") -> None:
         speed = load_stats(self.data_dir).get("generation_tokens_per_second", 0.0)
         speed = float(speed) if isinstance(speed, int | float) and math.isfinite(speed) else 0.0
-        hello = hello_fields(self.token, self.node_id, hardware, self.preferred_tier, speed)
+        hello = hello_message(self.token, self.node_id, hardware, self.preferred_tier, speed)
         self.transport = WebsocketTransport(self.url, hello, request_timeout=self.request_timeout)
         self.line = StatusLine(self.transport, label)
         log.info("node %s: connecting to %s", self.node_id, self.url)

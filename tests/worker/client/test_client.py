@@ -316,16 +316,16 @@ class FakeCoordinator:
 HARDWARE = {"device": "cpu", "vram_bytes": 0, "ram_bytes": 8 << 30, "cpu_count": 2}
 
 
-def hello(node_id: str = "node-a") -> dict[str, Any]:
-    return {
-        "protocol_versions": [1],
-        "token": "secret",
-        "node_id": node_id,
-        "client_version": "test",
-        "hardware": HARDWARE,
-        "backends": ["transformers"],
-        "generation_tokens_per_second": 0.0,
-    }
+def hello(node_id: str = "node-a") -> protocol.Hello:
+    return protocol.Hello(
+        protocol_versions=[1],
+        token="secret",
+        node_id=node_id,
+        client_version="test",
+        hardware=HARDWARE,
+        backends=["transformers"],
+        generation_tokens_per_second=0.0,
+    )
 
 
 def transport_for(fake: FakeCoordinator, **kwargs: Any) -> WebsocketTransport:
