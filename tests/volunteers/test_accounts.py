@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pytest
 from django.conf import settings
@@ -22,6 +24,8 @@ from swarm_app.volunteers import tokens
 from swarm_app.volunteers.models import SignupAttempt, Volunteer
 from tests.volunteers.conftest import PASSWORD
 from worker.shared.campaign import CampaignConfig
+
+T = TypeVar("T")
 
 
 def make_campaign(name: str = "open one", **fields) -> Campaign:
@@ -93,34 +97,30 @@ def test_sign_up_is_throttled_per_address(db):
     assert SignupAttempt.objects.count() == 4
 
 
-@override_settings(SIGNUP_LIMIT=2, SIGNUP_WINDOW_SECONDS=60)
-def test_concurrent_sign_ups_from_one_address_stop_at_the_limit(transactional_db):
-    """4 forms from one address at once, each from a thread and connection of its own (with the
-    lock's holder and this thread, 6 of the test process's pool of 8, leaving room for a
-    connection an earlier test's thread kept): exactly SIGNUP_LIMIT get through the throttle (the
-    others 429), and that many attempts are stored.
+def race_behind_a_table_lock(table: str, calls: int, call: Callable[[int], T]) -> list[T]:
+    """``call(0)`` .. ``call(calls - 1)`` at once, each from a thread and connection of its own
+    (with the lock's holder and this thread, calls + 2 of the test process's pool of 8); their
+    answers in order.
 
     On PostgreSQL the race is made certain rather than left to timing: another transaction holds
-    the attempts table (SHARE ROW EXCLUSIVE) until all 4 wait on a lock, so without the
-    throttle's per-address lock they count the same window at once when it is let go (seen: 3 and 4
-    of 4 admitted at a limit of 2). SQLite's IMMEDIATE transactions take no table locks; there they simply race."""
+    ``table`` (SHARE ROW EXCLUSIVE: reads go on, writes wait) until all the calls wait on a lock,
+    then lets go. SQLite takes no table locks; there they simply race."""
     postgres = connection.vendor == "postgresql"
-    forms = 4
-    start, held, release = threading.Barrier(forms), threading.Event(), threading.Event()
+    start, held, release = threading.Barrier(calls), threading.Event(), threading.Event()
 
     def hold_table() -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(f"LOCK TABLE {SignupAttempt._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+                cursor.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
                 held.set()
                 release.wait(30)
         finally:
             connections.close_all()
 
-    def attempt(n: int) -> int:
+    def one(n: int) -> T:
         try:
             start.wait(10)
-            return sign_up(Client(), username=f"c{n}", display_name=f"C {n}", password2="mismatch")
+            return call(n)
         finally:
             connections.close_all()
 
@@ -131,19 +131,33 @@ def test_concurrent_sign_ups_from_one_address_stop_at_the_limit(transactional_db
             )
             return cursor.fetchone()[0]
 
-    with ThreadPoolExecutor(forms + 1) as pool:
+    with ThreadPoolExecutor(calls + 1) as pool:
         if postgres:
             holder = pool.submit(hold_table)
             assert held.wait(10)
-        answers = pool.map(attempt, range(forms))
+        answers = pool.map(one, range(calls))
         if postgres:
             deadline = time.monotonic() + 30
-            while waiting_on_locks() < forms:
-                assert time.monotonic() < deadline, "the forms never all waited"
+            while waiting_on_locks() < calls:
+                assert time.monotonic() < deadline, "the calls never all waited"
                 time.sleep(0.05)
             release.set()
             holder.result()
-        answers = list(answers)
+        return list(answers)
+
+
+@override_settings(SIGNUP_LIMIT=2, SIGNUP_WINDOW_SECONDS=60)
+def test_concurrent_sign_ups_from_one_address_stop_at_the_limit(transactional_db):
+    """4 forms from one address at once: exactly SIGNUP_LIMIT get through the throttle (the
+    others 429), and that many attempts are stored. On PostgreSQL the attempts table is held until
+    all 4 wait, so without the throttle's per-address lock they count the same window at once
+    (seen: 3 and 4 of 4 admitted at a limit of 2)."""
+    forms = 4
+    answers = race_behind_a_table_lock(
+        SignupAttempt._meta.db_table,
+        forms,
+        lambda n: sign_up(Client(), username=f"c{n}", display_name=f"C {n}", password2="mismatch"),
+    )
     assert sorted(answers) == [200] * 2 + [429] * (forms - 2), answers
     assert SignupAttempt.objects.count() == 2
 
@@ -200,64 +214,26 @@ def test_a_volunteer_makes_names_and_revokes_their_own_tokens(volunteer):
 
 
 def test_concurrent_token_requests_stop_at_the_cap(volunteer):
-    """A volunteer one token short of MAX_ACTIVE_TOKENS asks for 4 at once, each from a thread
-    and connection of its own: exactly one is made, the others are told to revoke one first.
-
-    On PostgreSQL the race is made certain: another transaction holds the tokens table (SHARE ROW
-    EXCLUSIVE: reads go on, inserts wait) until all 4 wait on a lock, so a count taken before the
-    insert would read 19 in every request (seen: 4 of 4 made, 23 active). On SQLite they race."""
-    postgres = connection.vendor == "postgresql"
+    """A volunteer one token short of MAX_ACTIVE_TOKENS asks for 4 at once: exactly one is made,
+    the others are told to revoke one first. On PostgreSQL the tokens table is held until all 4
+    wait, so a count taken before the insert reads 19 in every request (seen: 4 of 4 made)."""
     campaign = make_campaign()
     for n in range(tokens.MAX_ACTIVE_TOKENS - 1):
         tokens.create(volunteer.user, campaign, f"machine {n}")
-    requests = 4
-    start, held, release = threading.Barrier(requests), threading.Event(), threading.Event()
-
-    def hold_table() -> None:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(f"LOCK TABLE {WorkerToken._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
 
     def ask(n: int) -> str:
         try:
-            start.wait(10)
             tokens.create(volunteer.user, campaign, f"racer {n}")
             return "made"
         except tokens.TokenError as error:
             return str(error)
-        finally:
-            connections.close_all()
 
-    def waiting_on_locks() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            return cursor.fetchone()[0]
-
-    with ThreadPoolExecutor(requests + 1) as pool:
-        if postgres:
-            holder = pool.submit(hold_table)
-            assert held.wait(10)
-        answers = pool.map(ask, range(requests))
-        if postgres:
-            deadline = time.monotonic() + 30
-            while waiting_on_locks() < requests:
-                assert time.monotonic() < deadline, "the requests never all waited"
-                time.sleep(0.05)
-            release.set()
-            holder.result()
-        answers = list(answers)
+    requests = 4
+    answers = race_behind_a_table_lock(WorkerToken._meta.db_table, requests, ask)
     refused = f"You hold {tokens.MAX_ACTIVE_TOKENS} active tokens for this campaign: revoke one first."
     assert sorted(answers) == sorted(["made"] + [refused] * (requests - 1)), answers
-    assert (
-        WorkerToken.objects.filter(owner=volunteer.user, revoked_at__isnull=True).count()
-        == tokens.MAX_ACTIVE_TOKENS
-    )
+    active = WorkerToken.objects.filter(owner=volunteer.user, revoked_at__isnull=True)
+    assert active.count() == tokens.MAX_ACTIVE_TOKENS
 
 
 @override_settings(SWARM_PUBLIC_URL="https://swarm.example/")
