@@ -521,14 +521,14 @@ def test_campaign_settings_run_the_study_arms_of_issue_29():
 
 
 def test_the_v2_reports_regenerate_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """v3 is a new design beside v2: `study-report` on v2's file (and the follow-up's, and v3's
-    own) writes exactly the committed report. The committed reports were regenerated deliberately with issue
+    """v3 is a new design beside v2: `study-report` on v2's file (and the follow-up's, v3's own
+    and the heterogeneous swarm's) writes exactly the committed report. The committed reports were regenerated deliberately with issue
     #29's wording (items 4 and 7: time course, no one-word "Sharing" without a gain, "still
     rising" and "possibly lower" only where both intervals agree, a follow-up's Holm scope and
     compute without its reused cells); this test keeps them in step with the generator."""
     root = Path(__file__).parents[3]
     monkeypatch.chdir(root)
-    for stem in ("sapo-table-cpu", "self-replay-age-matched", "sapo-table-cpu-v3"):
+    for stem in ("sapo-table-cpu", "self-replay-age-matched", "sapo-table-cpu-v3", "heterogeneous-cpu"):
         out = write_report(Path(f"docs/experiments/{stem}.json"), tmp_path / f"{stem}.md")
         assert out.read_text() == (root / f"docs/experiments/{stem}.md").read_text(), stem
     committed = (root / "docs/experiments/sapo-table-cpu.md").read_text()
