@@ -1,8 +1,10 @@
-"""Per-round metrics: stored for every agent (swarm nodes and controls) and pushed live.
+"""Per-round metrics of the controls (stored and pushed live), and the point every dashboard
+event lists.
 
-The ``reward`` stored and charted for a swarm node is the coordinator's own: the mean verified
-reward of the rollouts the node submitted for that round. The node's report supplies the rest
-(loss, entropy, clip ratios, lengths, external fraction...), under TRL's names.
+A swarm node's report is stored by the coordinator (coordinator/consumers.report_and_lease through
+its storage): its ``reward`` is the coordinator's own, the mean verified reward of the rollouts
+the node submitted for that round; the report supplies the rest (loss, entropy, clip ratios,
+lengths, external fraction...), under TRL's names.
 """
 
 from __future__ import annotations
