@@ -266,6 +266,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # are not prepared; this changes nothing for them.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options["options"] = f"{_options.get('options', '')} -c plan_cache_mode=force_generic_plan".strip()
+    # Django turns prepared statements off (psycopg's prepare_threshold=None), and psycopg then
+    # ignores sql.py's prepare=True: each hot statement was parsed and planned on every execution,
+    # about a third of PostgreSQL's CPU per round (docs/coordinator-bench.md). psycopg's default
+    # threshold touches only server-binding cursors, which are sql.py's alone; the ORM's
+    # client-binding cursors never prepare.
+    _options.setdefault("prepare_threshold", 5)
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _sqlite_path = Path(DATABASES["default"]["NAME"])
     DATABASES["default"]["OPTIONS"] = {

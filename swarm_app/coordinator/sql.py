@@ -48,8 +48,10 @@ def is_postgres() -> bool:
 
 
 @contextmanager
-def _run(sql: str, params: dict[str, Any]) -> Iterator[Any]:
-    """A PostgreSQL statement run as a prepared statement (server-side binding); its cursor.
+def _run(sql: str, params: dict[str, Any], prepare: bool = True) -> Iterator[Any]:
+    """A PostgreSQL statement with server-side binding, prepared unless ``prepare`` is False
+    (a statement run every few seconds, not per request, planned for the tables as they are
+    now); its cursor.
 
     On the connection Django holds, inside whatever transaction is open (outside one, the
     statement is its own transaction). psycopg's errors become Django's (IntegrityError, ...).
@@ -58,7 +60,7 @@ def _run(sql: str, params: dict[str, Any]) -> Iterator[Any]:
 
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, params, prepare=prepare)
         yield cursor
 
 
@@ -74,15 +76,15 @@ def from_json_text(text: str) -> Any:
     return msgspec.json.decode(text)
 
 
-def fetch(sql: str, params: dict[str, Any]) -> list[tuple]:
+def fetch(sql: str, params: dict[str, Any], prepare: bool = True) -> list[tuple]:
     """The rows of a PostgreSQL statement (see :func:`_run`)."""
-    with _run(sql, params) as cursor:
+    with _run(sql, params, prepare) as cursor:
         return cursor.fetchall()
 
 
-def execute(sql: str, params: dict[str, Any]) -> int:
+def execute(sql: str, params: dict[str, Any], prepare: bool = True) -> int:
     """The number of rows a PostgreSQL statement wrote (see :func:`_run`)."""
-    with _run(sql, params) as cursor:
+    with _run(sql, params, prepare) as cursor:
         return cursor.rowcount
 
 
@@ -115,6 +117,15 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
 # Asking for those on every request too (active AND deadline < now) visited the dead index
 # entry of every lease submitted since the last VACUUM: 2.5 ms per request at 5.3k leases,
 # growing with the campaign's age (bench/coordinator.py's lease_ratio watches it).
+#
+# A statement is prepared on a connection at its first run, and its generic plan is kept for
+# the connection's life, whatever the tables grow to (autovacuum's ANALYZE, where it runs,
+# replans). A plan made while the tables were small must still fit them large, so every lookup
+# here goes through an index of the key it is given; tests/coordinator/test_plans.py plans each
+# statement on empty, never-analyzed tables and checks. "(condition) IS TRUE" hides a condition
+# from the planner's partial-index matching: written plainly, "state = 'active'" let the
+# planner answer a primary-key or (node, round) lookup from the index of all active leases
+# (lease_active_deadline), a read of every active lease of every campaign.
 
 # A node whose token is banned counts as banned, whatever its own row says: a node registered in
 # the moment of its token's ban (a hello that read the token just before) is refused too.
@@ -130,7 +141,7 @@ JOIN coordinator_workernode n ON n.id = %(node)s
 JOIN coordinator_workertoken t ON t.id = n.token_id
 LEFT JOIN LATERAL (
     SELECT lease_id, deadline, questions FROM coordinator_lease
-    WHERE node_id = %(node)s AND round = %(round)s AND state = 'active' AND deadline >= %(now)s
+    WHERE node_id = %(node)s AND round = %(round)s AND (state = 'active' AND deadline >= %(now)s) IS TRUE
     ORDER BY id LIMIT 1
 ) held ON true
 LEFT JOIN LATERAL (
@@ -168,7 +179,7 @@ STORE_SUBMISSION = """
 WITH claimed AS (
     UPDATE coordinator_lease SET state = 'submitted', submission_id = %(submission_id)s,
                                  ack = %(ack)s::jsonb
-    WHERE id = %(lease)s AND state = 'active'
+    WHERE id = %(lease)s AND (state = 'active') IS TRUE
     RETURNING id
 ), counted AS (
     UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1,
@@ -221,8 +232,6 @@ WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
   AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
 """
 
-SAMPLE_RECORDS = "SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)"
-
 # A draw's records, with its credit (pool.py): the groups drawn, in the order chosen, credit their
 # nodes (NodeCredit: groups_drawn, and groups_drawn_informative for a non-zero advantage) up to
 # the asking node's draw_allowance, which they spend; banned nodes get nothing. Locks: the asking
@@ -231,8 +240,10 @@ SAMPLE_RECORDS = "SELECT id, record::text FROM coordinator_poolrollout WHERE id 
 # waits for a node row, so no draw deadlocks with another or with the statements that update
 # many node rows in no set order (the presence flush, the liveness sweep, a ban): on the node
 # rows themselves, 10-15 draws a minute deadlocked with the flush at 1,000 volunteers.
-# "= ANY(ARRAY(...))" keeps both lookups on the primary keys (an "IN (subquery) OR" scanned
-# the node table).
+# Each drawn id is one LATERAL probe of the pool's and the node table's primary keys, and
+# "= ANY(ARRAY(...))" keeps the credit rows' lookup on theirs: planned generically on small
+# tables, "id = ANY(ids)" and a plain join both became sequential scans of the pool (see the
+# plan notes above). The records come back in the order drawn.
 DRAW_RECORDS = """
 WITH me AS (
     SELECT draw_allowance AS n FROM coordinator_workernode
@@ -240,12 +251,19 @@ WITH me AS (
 ), spent AS (
     UPDATE coordinator_workernode SET draw_allowance = GREATEST(0, draw_allowance - cardinality(%(ids)s::bigint[]))
     WHERE id = %(node)s AND EXISTS (SELECT 1 FROM me)
-), drawn AS (
-    SELECT p.node_id, p.zero_advantage
+), chosen AS (
+    SELECT c.k, p.id, p.node_id, p.zero_advantage, p.record
     FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS c(id, k)
-    JOIN coordinator_poolrollout p ON p.id = c.id
-    JOIN coordinator_workernode w ON w.id = p.node_id
-    WHERE c.k <= COALESCE((SELECT n FROM me), 0) AND p.node_id <> %(node)s AND w.state <> 'banned'
+    CROSS JOIN LATERAL (
+        SELECT id, node_id, zero_advantage, record FROM coordinator_poolrollout WHERE id = c.id LIMIT 1
+    ) p
+), drawn AS (
+    SELECT chosen.node_id, chosen.zero_advantage
+    FROM chosen
+    CROSS JOIN LATERAL (
+        SELECT state FROM coordinator_workernode WHERE id = chosen.node_id LIMIT 1
+    ) w
+    WHERE chosen.k <= COALESCE((SELECT n FROM me), 0) AND chosen.node_id <> %(node)s AND w.state <> 'banned'
 ), credited AS (
     SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
     FROM drawn GROUP BY node_id
@@ -260,14 +278,17 @@ WITH me AS (
     FROM locked l JOIN credited c ON c.node_id = l.node_id
     WHERE r.node_id = l.node_id
 )
-SELECT id, record::text FROM coordinator_poolrollout WHERE id = ANY(%(ids)s)
+SELECT id, record::text FROM chosen ORDER BY k
 """
 
 # A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts
 # that round, the report upserted (one per campaign, agent and round), the node moved on. No
 # row is written when the node has no rollouts that round (reward NULL).
 # Presence (presence.py): last-seen times of many nodes in one statement; a node the liveness beat
-# marked offline and that still talks is connected again, a banned one stays banned.
+# marked offline and that still talks is connected again, a banned one stays banned. Run every
+# few seconds with up to every connected node's id: not prepared, so that it is planned for the
+# node table as it is (a hash join over it once it is large, where a plan kept from its first
+# run, on a small table, would stay what fit then).
 FLUSH_SEEN = """
 UPDATE coordinator_workernode n
 SET last_seen = v.seen,

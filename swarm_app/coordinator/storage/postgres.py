@@ -140,16 +140,16 @@ class PostgresStore:
         chosen = rng.sample([row[0] for row in rows], min(count, len(rows)))
         if not chosen:
             return []
-        records = {
-            i: sql.from_json_text(text)
-            for i, text in sql.fetch(sql.DRAW_RECORDS, {"ids": chosen, "node": node_pk})
-        }
-        return [records[i] for i in chosen]
+        # In the order chosen; a record archived since the candidates were read is left out.
+        return [
+            sql.from_json_text(text)
+            for _, text in sql.fetch(sql.DRAW_RECORDS, {"ids": chosen, "node": node_pk})
+        ]
 
     def flush_seen(self, seen: dict[int, float]) -> int:
         ids = list(seen)
         stamps = [datetime.fromtimestamp(seen[pk], UTC) for pk in ids]
-        return sql.execute(sql.FLUSH_SEEN, {"ids": ids, "seen": stamps})
+        return sql.execute(sql.FLUSH_SEEN, {"ids": ids, "seen": stamps}, prepare=False)
 
     def record_node_metrics(
         self, node: WorkerNode, round: int, metrics: dict[str, Any]
