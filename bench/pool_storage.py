@@ -102,17 +102,20 @@ def draw_cost(campaign, node, repeats: int = 300) -> dict[str, float]:
         assert len(sample_external(campaign.pk, node.pk, 4)) == 4
         times.append(time.perf_counter() - started)
     campaign.refresh_from_db()
+    last = campaign.rollout_sequence
+    # One probe of the whole window, newest first (a draw probes a few of its numbers at a time;
+    # this one reads them all). The node's allowance is spent by the draws above: it credits nothing.
     params = {
+        "sequences": list(range(last, max(0, last - campaign.settings.pool_window), -1)),
+        "count": 4,
         "campaign": campaign.pk,
-        "after": campaign.rollout_sequence - campaign.settings.pool_window,
-        "last": campaign.rollout_sequence,
         "node": node.pk,
         "replicate": 0,
         "nonzero_only": True,
         "tier": None,
     }
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.SAMPLE_CANDIDATES, params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.DRAW_RECORDS, params)
         plan = cursor.fetchone()[0][0]
     top = plan["Plan"]
     return {

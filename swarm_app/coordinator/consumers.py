@@ -24,6 +24,7 @@ from swarm_app.coordinator.database import database_threads, db, in_flight, queu
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
 from swarm_app.coordinator.storage import store
+from swarm_app.coordinator.storage.records import DrawView
 from swarm_app.core.consumers import NoDatabaseHopDispatch
 from swarm_app.core.limits import TokenBucket, UnexpectedErrorLog
 from worker.shared import protocol
@@ -89,9 +90,11 @@ ADMISSION = Admission()
 def submit_and_draw(
     node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Any]
 ) -> tuple[submissions.Submitted, list[dict[str, Any]]]:
-    """Store the submission, then the round's draw of J_r external groups (pool.py)."""
+    """Store the submission, then the round's draw of J_r external groups (pool.py), decided on
+    what the submission read and stored: no read of its own."""
     stored = submissions.submit(node, submission_id, lease_id, rollouts)
-    return stored, pool.sample_external(node.campaign_id, node.pk, stored.external_count())
+    view = DrawView(stored.config, stored.pool_last, node.tier, node.replicate)
+    return stored, pool.sample_external(node.campaign_id, node.pk, stored.external_count(), view=view)
 
 
 def report_and_lease(
@@ -149,7 +152,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         if self.node is not None:
-            telemetry.CONNECTED.labels(*self.labels).dec()
+            telemetry.child(telemetry.CONNECTED, *self.labels).dec()
             # The database first: the channel layer may be away, the node is disconnected anyway.
             PRESENCE.forget(self.node.pk)
             await db(sessions.disconnected)(self.node)
@@ -173,15 +176,15 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
             reply = await self.dispatch_message(message)
             await self.send(protocol.encode(reply, reply_to=request_id))
             if type(message) in DATABASE_WORK:
-                telemetry.ACK_SECONDS.labels(*self.labels, protocol.kind(message)).observe(
+                telemetry.child(telemetry.ACK_SECONDS, *self.labels, protocol.kind(message)).observe(
                     time.perf_counter() - started
                 )
                 if isinstance(reply, protocol.SubmitAck):
-                    telemetry.ROUNDS_ACKED.labels(*self.labels).inc()
+                    telemetry.child(telemetry.ROUNDS_ACKED, *self.labels).inc()
         except ProtocolError as error:
-            telemetry.ERRORS.labels(*self.labels, error.code.value).inc()
+            telemetry.child(telemetry.ERRORS, *self.labels, error.code.value).inc()
             if error.code == ErrorCode.BUSY:
-                telemetry.BUSY.labels(*self.labels).inc()
+                telemetry.child(telemetry.BUSY, *self.labels).inc()
             await self.send(
                 protocol.error(error.code, error.message, request_id or error.request_id, error.data)
             )
@@ -189,7 +192,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
                 await self.close(code=CLOSE_CODES.get(error.code, 4000))
         except Exception:
             self.unexpected.exception()
-            telemetry.ERRORS.labels(*self.labels, ErrorCode.INTERNAL.value).inc()
+            telemetry.child(telemetry.ERRORS, *self.labels, ErrorCode.INTERNAL.value).inc()
             await self.send(
                 protocol.error(ErrorCode.INTERNAL, "the coordinator failed on this request", request_id)
             )
@@ -203,7 +206,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         if type(message) not in DATABASE_WORK:
             return await self.answer(message)
         ADMISSION.admit()
-        queued = telemetry.DB_IN_FLIGHT.labels(*self.labels)
+        queued = telemetry.child(telemetry.DB_IN_FLIGHT, *self.labels)
         queued.inc()
         try:
             return await self.answer(message)
@@ -258,7 +261,7 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         node, welcome = await db(sessions.hello)(hello, limits)
         self.node, self.version = node, welcome.protocol_version
         self.labels = telemetry.labels(node.campaign_id, node.tier)
-        telemetry.CONNECTED.labels(*self.labels).inc()
+        telemetry.child(telemetry.CONNECTED, *self.labels).inc()
         if self.hello_timer is not None:
             self.hello_timer.cancel()
         PRESENCE.pushed_state(node.campaign_id, welcome.campaign.state)

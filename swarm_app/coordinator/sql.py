@@ -12,8 +12,9 @@ nothing is escaped in Python):
   the node already holds for the round (a reconnect) and whether any lease waits to be reissued.
 * :data:`SUBMISSION_VIEW`: one read for a submission: the lease, its campaign, the node's state,
   and any lease of this node that already carries the submission id (a replay).
-* :data:`SAMPLE_VIEW`, :data:`SAMPLE_CANDIDATES`, :data:`DRAW_RECORDS`: a pool draw (the last
-  also credits the drawn groups' nodes).
+* :data:`SAMPLE_VIEW`, :data:`DRAW_RECORDS`: a pool draw: what it is decided on (known already
+  when the draw follows the node's submission), then the first qualifying rollouts among a few
+  of the window's numbers, with the drawn groups' nodes' credit.
 * :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
   transaction): claim the lease if it is still active, count the node's submission, insert the
@@ -21,8 +22,8 @@ nothing is escaped in Python):
   own, so that the campaign row, which every lease and submission of the campaign updates, is
   locked for that statement only and not while the records are written and committed).
 
-Other databases (SQLite, the embedded mode) run the ORM versions in leases.py and
-submissions.py, which do the same in a transaction; the tests run both.
+Other databases (SQLite, the embedded mode) run the ORM versions (storage/orm.py), which do
+the same in a transaction; the tests run both.
 
 * :func:`bump`: allocate a range from a counter with ``UPDATE ... SET f = f + n ... RETURNING
   f``. The UPDATE locks the row until its transaction ends, so two servers never get
@@ -205,34 +206,25 @@ FROM claimed,
               mean_reward float8, zero_advantage bool)
 """
 
-# The pool's sampling window (pool.py): the rollouts numbered last - window + 1 .. last, each
-# looked up by (campaign, sequence) on its unique index: one probe per number, a LATERAL
-# subquery with LIMIT 1, the one shape the planner cannot turn into a scan of the campaign.
-# Every other form was seen to go wrong: "campaign_id = X AND sequence > Y" walked the
-# campaign's every rollout (for a campaign newer than the table's statistics, a custom plan
-# trusts ~1 row for it: 8 ms per draw at 18k rollouts, growing); as a generic plan it scanned
-# the whole table (200 ms at 1M); and a plain JOIN with generate_series, on a table never
-# analyzed (autovacuum off), became a hash join over a bitmap scan of the campaign's rollouts
-# (117 ms per draw at 25k, in bench/capacity.py's 1,000 volunteers; 0.9 ms as written here).
-# Prepared, so generic (settings.py); tests/coordinator/test_plans.py checks the plan.
+# The pool's draw (pool.py): the view it is decided on, then DRAW_RECORDS on the window's numbers
+# in a random order, a few at a time. Each number is looked up by (campaign, sequence) on its
+# unique index: one probe per number, a LATERAL subquery with LIMIT 1, the one shape the planner
+# cannot turn into a scan of the campaign. Every other form was seen to go wrong:
+# "campaign_id = X AND sequence > Y" walked the campaign's every rollout (for a campaign newer
+# than the table's statistics, a custom plan trusts ~1 row for it: 8 ms per draw at 18k
+# rollouts, growing); as a generic plan it scanned the whole table (200 ms at 1M); and a plain
+# JOIN with generate_series, on a table never analyzed (autovacuum off), became a hash join over
+# a bitmap scan of the campaign's rollouts (117 ms per draw at 25k, in bench/capacity.py's 1,000
+# volunteers; 0.9 ms as written here). tests/coordinator/test_plans.py checks the plan.
 SAMPLE_VIEW = """
 SELECT c.config::text, c.rollout_sequence, n.tier, n.replicate
 FROM campaigns_campaign c JOIN coordinator_workernode n ON n.id = %(node)s
 WHERE c.id = %(campaign)s
 """
 
-SAMPLE_CANDIDATES = """
-SELECT p.id
-FROM generate_series(%(after)s::bigint + 1, %(last)s::bigint) AS window_(sequence)
-CROSS JOIN LATERAL (
-    SELECT id, in_pool, node_id, zero_advantage, tier, replicate FROM coordinator_poolrollout
-    WHERE campaign_id = %(campaign)s AND sequence = window_.sequence LIMIT 1
-) p
-WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
-  AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
-"""
-
-# A draw's records, with its credit (pool.py): the groups drawn, in the order chosen, credit their
+# A draw's records, with its credit (pool.py): the first "count" rollouts among the given
+# window numbers, in their order, that the node may draw (in the pool, another node's, its
+# replicate's, [informative], [its tier]); the groups drawn, in that order, credit their
 # nodes (NodeCredit: groups_drawn, and groups_drawn_informative for a non-zero advantage) up to
 # the asking node's draw_allowance, which they spend; banned nodes get nothing. Locks: the asking
 # node's row only when it has an allowance left (once a round), before anything else ("drawn"
@@ -240,30 +232,34 @@ WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
 # waits for a node row, so no draw deadlocks with another or with the statements that update
 # many node rows in no set order (the presence flush, the liveness sweep, a ban): on the node
 # rows themselves, 10-15 draws a minute deadlocked with the flush at 1,000 volunteers.
-# Each drawn id is one LATERAL probe of the pool's and the node table's primary keys, and
-# "= ANY(ARRAY(...))" keeps the credit rows' lookup on theirs: planned generically on small
-# tables, "id = ANY(ids)" and a plain join both became sequential scans of the pool (see the
-# plan notes above). The records come back in the order drawn.
+# Each drawn node is one LATERAL probe of the node table's primary key, and "= ANY(ARRAY(...))"
+# keeps the credit rows' lookup on theirs: planned generically on small tables, a plain join
+# and "id = ANY(ids)" became sequential scans (see the plan notes above). The records come back
+# in the order drawn.
 DRAW_RECORDS = """
-WITH me AS (
+WITH chosen AS (
+    SELECT row_number() OVER (ORDER BY o.k) AS rank, p.id, p.node_id, p.zero_advantage, p.record
+    FROM unnest(%(sequences)s::bigint[]) WITH ORDINALITY AS o(sequence, k)
+    CROSS JOIN LATERAL (
+        SELECT id, in_pool, node_id, zero_advantage, tier, replicate, record FROM coordinator_poolrollout
+        WHERE campaign_id = %(campaign)s AND sequence = o.sequence LIMIT 1
+    ) p
+    WHERE p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
+      AND (NOT %(nonzero_only)s OR NOT p.zero_advantage) AND (%(tier)s::text IS NULL OR p.tier = %(tier)s)
+    ORDER BY o.k LIMIT %(count)s
+), me AS (
     SELECT draw_allowance AS n FROM coordinator_workernode
     WHERE id = %(node)s AND draw_allowance > 0 FOR UPDATE
 ), spent AS (
-    UPDATE coordinator_workernode SET draw_allowance = GREATEST(0, draw_allowance - cardinality(%(ids)s::bigint[]))
+    UPDATE coordinator_workernode SET draw_allowance = GREATEST(0, draw_allowance - (SELECT count(*) FROM chosen))
     WHERE id = %(node)s AND EXISTS (SELECT 1 FROM me)
-), chosen AS (
-    SELECT c.k, p.id, p.node_id, p.zero_advantage, p.record
-    FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS c(id, k)
-    CROSS JOIN LATERAL (
-        SELECT id, node_id, zero_advantage, record FROM coordinator_poolrollout WHERE id = c.id LIMIT 1
-    ) p
 ), drawn AS (
     SELECT chosen.node_id, chosen.zero_advantage
     FROM chosen
     CROSS JOIN LATERAL (
         SELECT state FROM coordinator_workernode WHERE id = chosen.node_id LIMIT 1
     ) w
-    WHERE chosen.k <= COALESCE((SELECT n FROM me), 0) AND chosen.node_id <> %(node)s AND w.state <> 'banned'
+    WHERE chosen.rank <= COALESCE((SELECT n FROM me), 0) AND w.state <> 'banned'
 ), credited AS (
     SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
     FROM drawn GROUP BY node_id
@@ -278,7 +274,7 @@ WITH me AS (
     FROM locked l JOIN credited c ON c.node_id = l.node_id
     WHERE r.node_id = l.node_id
 )
-SELECT id, record::text FROM chosen ORDER BY k
+SELECT record::text FROM chosen ORDER BY rank
 """
 
 # A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts

@@ -71,12 +71,13 @@ def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: 
 
 
 class Submitted(NamedTuple):
-    """A stored submission: its ack (what a replay is answered), its round and its campaign's
-    settings."""
+    """A stored submission: its ack (what a replay is answered), its round, its campaign's
+    settings and the pool's last sequence number once its rollouts were in (0 until stored)."""
 
     ack: dict[str, Any]
     round: int
     config: CampaignConfig
+    pool_last: int = 0
 
     def external_count(self) -> int:
         """J_r: the external groups this round's batch asks for under the campaign's batch rule
@@ -192,7 +193,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             rollout.behaviour, rollout.schema_version = None, 1
     submitted = Submitted(ack, lease.round, config)
     try:
-        stored = store().store_submission(
+        pool_last = store().store_submission(
             node, lease, submission_id, ack, rollouts, submitted.external_count()
         )
     except IntegrityError:
@@ -200,9 +201,9 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         raise ProtocolError(
             ErrorCode.LEASE_MISMATCH, "a rollout_id in this submission was already used"
         ) from None
-    if not stored:
+    if pool_last is None:
         locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
         if locked.state == Lease.State.SUBMITTED:
             raise _duplicate(locked.submission_id, locked.ack)
         raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
-    return submitted
+    return submitted._replace(pool_last=pool_last)

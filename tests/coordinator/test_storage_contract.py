@@ -6,7 +6,6 @@ also compared with each other, field by field."""
 from __future__ import annotations
 
 import json
-import random
 from datetime import timedelta
 from typing import Any
 
@@ -76,9 +75,11 @@ def scenario(store: Store) -> dict[str, Any]:
         lease = msgspec.to_builtins(lease_message(mix, lease_id, 0, deadline, refs))
         rollouts = [Rollout.from_json(r) for r in honest_rollouts(lease, node.node_id, "tiny-1m", mix)]
         ack = {"submission_id": f"sub-{name}", "verified_rewards": [r.rewards for r in rollouts]}
-        assert store.store_submission(node, view, f"sub-{name}", ack, rollouts, 2) is True
+        # The pool's last number once the rollouts are in: the second's.
+        last = store.store_submission(node, view, f"sub-{name}", ack, rollouts, 2)
+        assert last == PoolRollout.objects.get(rollout_id=rollouts[1].rollout_id).sequence
         # A second claim of the same lease (a racing duplicate) stores nothing.
-        assert store.store_submission(node, view, f"sub-{name}-again", ack, rollouts, 2) is False
+        assert store.store_submission(node, view, f"sub-{name}-again", ack, rollouts, 2) is None
         stored[name] = rollouts
         after = store.lease_view(node, 0, now)
         assert after.held is None and after.submitted_ack == ack
@@ -89,10 +90,19 @@ def scenario(store: Store) -> dict[str, Any]:
     # Rollout ids are random: each is named by its node and place instead.
     names = {r.rollout_id: f"rollout {name}{i}" for name, rs in stored.items() for i, r in enumerate(rs)}
     # a draws: only b's groups (never its own), and b is credited for them, up to a's allowance.
-    drawn = store.draw(campaign.pk, nodes["a"].pk, 4, "uniform", random.Random(0))
-    seen["drawn"] = sorted(names[record["rollout_id"]] for record in drawn)
-    assert seen["drawn"] == ["rollout b0", "rollout b1"]
-    assert store.draw(campaign.pk, nodes["a"].pk, 1, "uniform", random.Random(0))  # credits nothing more
+    view = store.draw_view(campaign.pk, nodes["a"].pk)
+    seen["draw view"] = (view.tier, view.replicate, view.config == config)
+    assert view.last == Campaign.objects.get(pk=campaign.pk).rollout_sequence  # numbers skipped included
+    # The first 3 candidates of the numbers in this order: b's two (a's own are never drawn).
+    number = {
+        names[r]: n
+        for r, n in PoolRollout.objects.filter(campaign=campaign).values_list("rollout_id", "sequence")
+    }
+    order = [number["rollout b1"], number["rollout a0"], number["rollout a1"], number["rollout b0"]]
+    drawn = store.draw_at(campaign.pk, nodes["a"].pk, view, False, order, 3)
+    seen["drawn"] = [names[record["rollout_id"]] for record in drawn]
+    assert seen["drawn"] == ["rollout b1", "rollout b0"]
+    assert store.draw_at(campaign.pk, nodes["a"].pk, view, False, order[-1:], 1)  # credits nothing more
     # Presence: a newer time is written (and heals a stale node), an older one is not.
     WorkerNode.objects.filter(pk=nodes["a"].pk).update(state=WorkerNode.State.STALE)
     stamp = now.timestamp()

@@ -138,11 +138,11 @@ def test_a_racing_duplicate_that_loses_the_claim_earns_nothing(transactional_db,
     rollouts = [Rollout.from_json(r) for r in records]
     view = store().find_leases(node, "s0", lease["lease_id"])[0]
     ack = {"submission_id": "s0", "verified_rewards": [r.rewards for r in rollouts]}
-    assert store().store_submission(node, view, "s0", ack, rollouts, 2) is True
+    assert store().store_submission(node, view, "s0", ack, rollouts, 2) is not None
     # The loser read the lease as active too; its store claims nothing and counts nothing.
     for r in rollouts:
         r.rollout_id += "-again"
-    assert store().store_submission(node, view, "s0-again", ack, rollouts, 2) is False
+    assert store().store_submission(node, view, "s0-again", ack, rollouts, 2) is None
     assert counters("node-a") == (1, 2, 0, 0)
     assert PoolRollout.objects.filter(node=node).count() == 2
 

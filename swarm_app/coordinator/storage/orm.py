@@ -4,7 +4,6 @@ transaction where the PostgreSQL one is a single statement."""
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,9 +13,8 @@ from django.db.models import Avg, Exists, F, OuterRef, Q, Subquery
 from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.sql import bump
-from swarm_app.coordinator.storage.records import WAITING, LeaseRequestView, LeaseView, pool_record
+from swarm_app.coordinator.storage.records import WAITING, DrawView, LeaseRequestView, LeaseView, pool_record
 from worker.shared.rollout import Rollout
-from worker.shared.sampling import check_strategy
 
 
 class OrmStore:
@@ -100,7 +98,7 @@ class OrmStore:
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
-    ) -> bool:
+    ) -> int | None:
         with transaction.atomic():
             # Claim the lease only if it is still active: the UPDATE locks the row, so of two
             # racing connections of this node exactly one claims it; the other sees 0 rows.
@@ -108,7 +106,7 @@ class OrmStore:
                 state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack
             )
             if not claimed:
-                return False
+                return None
             # The node's round and verified groups, and its next draw's allowance; a banned node's
             # counters stay as they were (its submissions are refused before this anyway).
             counted = (
@@ -144,36 +142,35 @@ class OrmStore:
                     for offset, rollout in enumerate(rollouts)
                 ]
             )
-        return True
+        return last
 
-    def draw(
-        self, campaign_id: int, node_pk: int, count: int, strategy: str | None, rng: random.Random
-    ) -> list[dict[str, Any]]:
+    def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
         campaign = Campaign.objects.only("config", "rollout_sequence").get(pk=campaign_id)
-        config = campaign.settings
-        strategy = check_strategy(strategy or config.external_strategy)
-        candidates = PoolRollout.objects.filter(
-            campaign_id=campaign_id, sequence__gt=campaign.rollout_sequence - config.pool_window, in_pool=True
-        ).exclude(node_id=node_pk)
         tier, replicate = WorkerNode.objects.values_list("tier", "replicate").get(pk=node_pk)
-        candidates = candidates.filter(replicate=replicate)
-        if strategy == "nonzero_advantage":
+        return DrawView(campaign.settings, campaign.rollout_sequence, tier, replicate)
+
+    def draw_at(
+        self,
+        campaign_id: int,
+        node_pk: int,
+        view: DrawView,
+        nonzero_only: bool,
+        sequences: list[int],
+        count: int,
+    ) -> list[dict[str, Any]]:
+        candidates = PoolRollout.objects.filter(
+            campaign_id=campaign_id, sequence__in=sequences, in_pool=True, replicate=view.replicate
+        ).exclude(node_id=node_pk)
+        if nonzero_only:
             candidates = candidates.filter(zero_advantage=False)
-        if config.pool_within_tier:
-            candidates = candidates.filter(tier=tier)
-        ids = list(candidates.values_list("id", flat=True))
-        chosen = rng.sample(ids, min(count, len(ids)))
-        if not chosen:
-            return []
+        if view.config.pool_within_tier:
+            candidates = candidates.filter(tier=view.tier)
+        order = {sequence: k for k, sequence in enumerate(sequences)}
         with transaction.atomic():
-            rows = {
-                row[0]: row[1:]
-                for row in PoolRollout.objects.filter(id__in=chosen).values_list(
-                    "id", "node_id", "zero_advantage", "record"
-                )
-            }
-            _credit_draw(node_pk, [rows[i][:2] for i in chosen])
-        return [rows[i][2] for i in chosen]
+            rows = candidates.values_list("sequence", "node_id", "zero_advantage", "record")
+            chosen = sorted(rows, key=lambda row: order[row[0]])[:count]
+            _credit_draw(node_pk, [(node, zero_advantage) for _, node, zero_advantage, _ in chosen])
+        return [record for *_, record in chosen]
 
     def flush_seen(self, seen: dict[int, float]) -> int:
         updated = 0

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,9 +10,8 @@ from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics, settings_fro
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.sql import bump
-from swarm_app.coordinator.storage.records import LeaseRequestView, LeaseView, pool_record
+from swarm_app.coordinator.storage.records import DrawView, LeaseRequestView, LeaseView, pool_record
 from worker.shared.rollout import Rollout
-from worker.shared.sampling import check_strategy
 
 
 class PostgresStore:
@@ -77,7 +75,7 @@ class PostgresStore:
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
-    ) -> bool:
+    ) -> int | None:
         # The pool's sequence numbers first, in a statement of their own: the campaign row, which
         # every lease and submission of the campaign updates, stays locked for that statement
         # only, not for the insert of the records and its commit (the top wait in
@@ -115,36 +113,36 @@ class PostgresStore:
                 ),
             },
         )
-        return stored == len(rollouts)
+        return last if stored == len(rollouts) else None
 
-    def draw(
-        self, campaign_id: int, node_pk: int, count: int, strategy: str | None, rng: random.Random
-    ) -> list[dict[str, Any]]:
+    def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
         ((config_text, last, tier, replicate),) = sql.fetch(
             sql.SAMPLE_VIEW, {"campaign": campaign_id, "node": node_pk}
         )
-        config = settings_from_text(config_text)
-        strategy = check_strategy(strategy or config.external_strategy)
+        return DrawView(settings_from_text(config_text), last, tier, replicate)
+
+    def draw_at(
+        self,
+        campaign_id: int,
+        node_pk: int,
+        view: DrawView,
+        nonzero_only: bool,
+        sequences: list[int],
+        count: int,
+    ) -> list[dict[str, Any]]:
         rows = sql.fetch(
-            sql.SAMPLE_CANDIDATES,
+            sql.DRAW_RECORDS,
             {
+                "sequences": sequences,
+                "count": count,
                 "campaign": campaign_id,
-                "after": last - config.pool_window,
-                "last": last,
                 "node": node_pk,
-                "replicate": replicate,
-                "nonzero_only": strategy == "nonzero_advantage",
-                "tier": tier if config.pool_within_tier else None,
+                "replicate": view.replicate,
+                "nonzero_only": nonzero_only,
+                "tier": view.tier if view.config.pool_within_tier else None,
             },
         )
-        chosen = rng.sample([row[0] for row in rows], min(count, len(rows)))
-        if not chosen:
-            return []
-        # In the order chosen; a record archived since the candidates were read is left out.
-        return [
-            sql.from_json_text(text)
-            for _, text in sql.fetch(sql.DRAW_RECORDS, {"ids": chosen, "node": node_pk})
-        ]
+        return [sql.from_json_text(text) for (text,) in rows]
 
     def flush_seen(self, seen: dict[int, float]) -> int:
         ids = list(seen)

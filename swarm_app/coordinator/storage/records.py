@@ -5,10 +5,9 @@ are decided on (:class:`LeaseRequestView`, :class:`LeaseView`), how a rollout is
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 from django.db.models import Q
@@ -55,6 +54,17 @@ class LeaseView:
     campaign_pk: int
     config: CampaignConfig
     node_state: str
+
+
+class DrawView(NamedTuple):
+    """What a pool draw is decided on: the campaign's settings, the pool's last sequence number
+    and the drawing node's tier and replicate (one read, or known from the submission just
+    stored: consumers.submit_and_draw)."""
+
+    config: CampaignConfig
+    last: int
+    tier: str
+    replicate: int
 
 
 def pool_record(rollout: Rollout) -> dict[str, Any]:
@@ -108,16 +118,27 @@ class Store(Protocol):
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
-    ) -> bool:
+    ) -> int | None:
         """Claim the lease, count the node's round, verified groups and next draw's allowance,
-        and put the rollouts in the pool, all or nothing; False if the lease was not active."""
+        and put the rollouts in the pool, all or nothing; the pool's last sequence number once
+        they are in it, or None if the lease was not active."""
         ...
 
-    def draw(
-        self, campaign_id: int, node_pk: int, count: int, strategy: str | None, rng: random.Random
+    def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
+        """The campaign's settings, its pool's last sequence number, the node's tier and replicate."""
+        ...
+
+    def draw_at(
+        self,
+        campaign_id: int,
+        node_pk: int,
+        view: DrawView,
+        nonzero_only: bool,
+        sequences: list[int],
+        count: int,
     ) -> list[dict[str, Any]]:
-        """Up to ``count`` records of the window's candidates for the node, crediting their
-        nodes (pool.py's docstring); ``strategy`` None: the campaign's external strategy."""
+        """The records of the first ``count`` rollouts numbered ``sequences`` (in that order) that
+        the node may draw (pool.py's docstring), crediting their nodes up to its allowance."""
         ...
 
     def flush_seen(self, seen: dict[int, float]) -> int:
