@@ -3,8 +3,10 @@ database.py) of a no-op, of ``SELECT 1`` and of a one-row UPDATE that matches no
 one at a time with a gap between calls (as requests arrive at the protocol's pace).
 
 Every worker request that touches the database pays this once, on top of its statements: the
-hop from the event loop to a database thread and back, Django's connection handling around the
-call (a connection from the pool and back) and psycopg's execution of one prepared statement.
+hop from the event loop to a database thread and back, the connection handling around the call
+(since 2026-12-06 the thread keeps its connection; before, Channels' wrapper took one from the
+pool, with the pool's check query, and gave it back on every call) and psycopg's execution of
+one prepared statement.
 Measured as this process's CPU (user + system) and PostgreSQL's (every postgres process, so run
 it on a quiet database), per call; the baseline in the same run is the gap alone (the event
 loop sleeping ``--gap-ms`` and waking), subtracted from each line:

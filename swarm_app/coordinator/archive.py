@@ -30,6 +30,8 @@ and stay, as does every active one. Without this the lease table grew by about 6
 The organizer's download (:func:`stream`) is the archive's rows, then the rollouts still in the
 hot table, as one gzip stream of every rollout of the campaign (multi-member gzip, which gzip,
 zcat and Python's gzip read as one): each rollout once, even when a run moves rows meanwhile.
+A node banned after its rollouts were archived has them marked out of the pool there too
+(``in_pool`` false, as in the hot table).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator import sql, telemetry
-from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout
+from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout, WorkerNode
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,28 @@ def _segment(pk: int) -> bytes:
     return bytes(PoolArchive.objects.values_list("data", flat=True).get(pk=pk))
 
 
+def _banned_nodes(campaign_pk: int) -> frozenset[str]:
+    """The ids of the campaign's banned nodes."""
+    nodes = WorkerNode.objects.filter(campaign_id=campaign_pk, state=WorkerNode.State.BANNED)
+    return frozenset(nodes.values_list("node_id", flat=True))
+
+
+def _as_banned(data: bytes, banned: frozenset[str]) -> bytes:
+    """An archive row's gzip data with its banned nodes' rollouts marked out of the pool, as a
+    ban marks the hot table's (bans.py): a ban after the archiving reaches the download too.
+    The stored row is not rewritten; only a row with such a rollout is decompressed."""
+    if not banned or not data:
+        return data
+    lines = gzip.decompress(data).splitlines(keepends=True)
+    changed = False
+    for i, text in enumerate(lines):
+        values = msgspec.json.decode(text, type=dict[str, Any])
+        if values["node"] in banned and values["in_pool"]:
+            values["in_pool"] = False
+            lines[i], changed = _encoder.encode(values) + b"\n", True
+    return gzip.compress(b"".join(lines), 6) if changed else data
+
+
 def _hot_page(campaign_pk: int, after: int) -> list[tuple]:
     return list(
         PoolRollout.objects.filter(campaign_id=campaign_pk, sequence__gt=after)
@@ -218,8 +242,9 @@ async def stream(campaign_pk: int) -> AsyncIterator[bytes]:
     meanwhile (by a run that moved rows while the download read), less the rollouts already
     sent from the hot table."""
     before = await sync_to_async(_segment_ids)(campaign_pk)
+    banned = await sync_to_async(_banned_nodes)(campaign_pk)
     for pk in before:
-        yield await sync_to_async(_segment)(pk)
+        yield _as_banned(await sync_to_async(_segment)(pk), banned)
     seen = array("q")  # sequences sent from the hot table, ascending
     position = -1
     while page := await sync_to_async(_hot_page)(campaign_pk, position):
@@ -229,6 +254,7 @@ async def stream(campaign_pk: int) -> AsyncIterator[bytes]:
     known = set(before)
     for pk in await sync_to_async(_segment_ids)(campaign_pk):
         if pk not in known:
-            late = b"".join(_unseen_lines(await sync_to_async(_segment)(pk), seen))
+            data = _as_banned(await sync_to_async(_segment)(pk), banned)
+            late = b"".join(_unseen_lines(data, seen))
             if late:
                 yield gzip.compress(late, 6)

@@ -13,14 +13,15 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
 from swarm_app.celery import app as celery_app
 from swarm_app.coordinator import archive
-from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout
+from swarm_app.coordinator.bans import ban_node
+from swarm_app.coordinator.models import Lease, PoolArchive, PoolRollout, WorkerToken
 from swarm_app.coordinator.tasks import archive_pool
 from swarm_app.coordinator.tokens import create_token
 from tests.coordinator.helpers import G, run, submit_round
@@ -229,3 +230,27 @@ def test_the_download_is_complete_while_a_run_moves_rows(transactional_db, monke
 
     lines = gzip.decompress(b"".join(asyncio.run(read_while_archiving()))).splitlines()
     assert sorted(json.loads(text)["sequence"] for text in lines) == list(range(1, 31))
+
+
+def test_a_ban_after_archiving_reaches_the_download(transactional_db):
+    """A node banned once its rollouts were archived: in the download, its rollouts are out of
+    the pool (in_pool false) in the archive rows as in the hot table; the others' are as stored."""
+    config = CampaignConfig(pool_window=12, pool_retention="archive").validate()
+    campaign = Campaign.objects.create(name="ban", state=Campaign.State.RUNNING, config=config.to_json())
+    nodes = make_pool(campaign, nodes=3, per_node=10)
+    assert archive.archive_all(grace=0) == {campaign.pk: 18}
+    WorkerToken.objects.filter(pk=nodes[1].token_id).update(ban_scope=WorkerToken.BanScope.NODE)
+    with transaction.atomic():
+        ban_node(nodes[1], "test")
+    stored = {pk: bytes(data) for pk, data in PoolArchive.objects.values_list("pk", "data")}
+
+    async def everything() -> list[bytes]:
+        parts = [part async for part in archive.stream(campaign.pk)]
+        await sync_to_async(connections.close_all)()  # the thread's connection, not the test's
+        return parts
+
+    rows = [json.loads(text) for text in gzip.decompress(b"".join(asyncio.run(everything()))).splitlines()]
+    assert sorted(row["sequence"] for row in rows) == list(range(1, 31))
+    assert {row["node"] for row in rows if not row["in_pool"]} == {"n1"}
+    assert all(not row["in_pool"] for row in rows if row["node"] == "n1")  # 10: 8 archived, 2 hot
+    assert {pk: bytes(data) for pk, data in PoolArchive.objects.values_list("pk", "data")} == stored
