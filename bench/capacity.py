@@ -26,9 +26,12 @@ It prints one line per run:
   measured in this run) over the measured server CPU per acked round (daphne + PostgreSQL
   processes, from /proc); 1.0 would be the limit.
 
-With ``--echo``, each run is followed by an echo pass on the same server: the same number of
-volunteers at the same pace send the same frames (the coordinator pass's mean size per request
-type) to the bare echo endpoint, and it prints
+With ``--echo``, each run's coordinator pass is followed by an echo pass on the same server (the
+same number of volunteers at the same pace send the same frames, the coordinator pass's mean size
+per request type, to the bare echo endpoint) and then by a second coordinator pass (new
+volunteers of the same campaign): the echo falls between two coordinator passes, whose figures
+are reported together (each pass's CPU per round is printed too), so that a drift of the
+machine's speed within the run weighs on both sides of ``server_per_echo``. It prints
 
     echo volunteers=N rounds_per_s=... connected=...% server_ms_per_round=... floor_ratio_max=...
         server_per_echo=...
@@ -330,10 +333,42 @@ def run(
                     echo_tally,
                 )
             )
+            # The coordinator again, new volunteers of the same campaign: the echo falls between
+            # two coordinator passes, so that a drift of the machine's speed (1.5x within minutes
+            # was seen, docs/coordinator-bench.md) weighs on both sides of server_per_echo alike.
+            again = Tally()
+            until = time.monotonic() + ramp + seconds + round_seconds
+            spent_again, connected_again, started_again, _ = asyncio.run(
+                phase(
+                    cpu,
+                    [
+                        volunteer(
+                            url, token, f"w{i}", mix, round_seconds, until, again, heartbeats_fixed, version
+                        )
+                        for i in range(volunteers)
+                    ],
+                    ramp,
+                    seconds,
+                    again,
+                )
+            )
 
-    window = [(at, s) for at, s in tally.acks if started <= at <= started + seconds]
-    latencies = [s for _, s in window]
-    rounds_per_s = len(window) / seconds
+    passes = [(tally, started, spent)]
+    if echo:
+        passes.append((again, started_again, spent_again))
+        connected = min(connected, connected_again)
+        tally.busy += again.busy
+        tally.reconnects += again.reconnects
+        for code, n in again.errors.items():
+            tally.errors[code] = tally.errors.get(code, 0) + n
+        tally.acked_ids |= again.acked_ids
+    per_pass = []
+    for one, start, cost in passes:
+        rounds = [s for at, s in one.acks if start <= at <= start + seconds]
+        per_pass.append((rounds, cost))
+    spent = {key: sum(cost[key] for _, cost in per_pass) for key in ("daphne", "postgres")}
+    latencies = [s for rounds, _ in per_pass for s in rounds]
+    rounds_per_s = len(latencies) / (seconds * len(per_pass))
     submitted = set(
         Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list(
             "submission_id", flat=True
@@ -344,7 +379,7 @@ def run(
         Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
     )
     doubled = len(per_round) - len(set(per_round))
-    server_ms = 1000 * (spent["daphne"] + spent["postgres"]) / max(1, len(window))
+    server_ms = 1000 * (spent["daphne"] + spent["postgres"]) / max(1, len(latencies))
     result = {
         "protocol": version,
         "volunteers": volunteers,
@@ -356,7 +391,7 @@ def run(
         "doubled": doubled,
         "connected": 100 * connected / volunteers,
         "busy": tally.busy,
-        "floor_ratio": round_floor_ms / server_ms if window else 0.0,
+        "floor_ratio": round_floor_ms / server_ms if latencies else 0.0,
     }
     print(
         f"protocol={version} volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
@@ -365,11 +400,18 @@ def run(
         f"floor_ratio={result['floor_ratio']:.2f}"
     )
     print(
-        f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(window)):.2f}, "
-        f"postgres {1000 * spent['postgres'] / max(1, len(window)):.2f}); floor {round_floor_ms:.2f} ms; "
+        f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(latencies)):.2f}, "
+        f"postgres {1000 * spent['postgres'] / max(1, len(latencies)):.2f}); floor {round_floor_ms:.2f} ms; "
         f"clients' CPU {client_cpu / seconds * 100:.0f}% of a core; reconnects {tally.reconnects} {tally.errors}"
     )
     if echo:
+        before_echo, after_echo = (
+            1000 * (cost["daphne"] + cost["postgres"]) / max(1, len(rounds)) for rounds, cost in per_pass
+        )
+        print(
+            f"  coordinator passes before and after the echo: {before_echo:.2f} and {after_echo:.2f} ms "
+            "per round (the figures above are both together)"
+        )
         echo_rounds = [at for at, _ in echo_tally.acks if echo_started <= at <= echo_started + seconds]
         echo_ms = 1000 * (echo_spent["daphne"] + echo_spent["postgres"]) / max(1, len(echo_rounds))
         result["echo_ms"] = echo_ms

@@ -11,7 +11,8 @@ submitted and archived again: a bounded table reuses its freed pages instead of 
 
 It prints, per phase, the hot table's size on disk (table, indexes and TOAST), its live rows'
 bytes, the archive's, the database's, the lease table's (the run prunes the leases nothing reads), and the draw's median time and shared buffers read
-(sample_external of J = 4, and EXPLAIN (ANALYZE, BUFFERS) of its candidate scan), then
+(sample_external of J = 4, and EXPLAIN (ANALYZE, BUFFERS) of the draw statement probing the whole
+window), then
 
     ratio=<hot table's live bytes after / before archiving> draw_ratio=<draw after / before>
 

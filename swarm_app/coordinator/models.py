@@ -180,7 +180,7 @@ class PoolRollout(models.Model):
     # No index of its own: the (campaign, sequence) constraint below serves every lookup by
     # campaign. With a plain campaign index (or another index leading with it) the planner, on a
     # table never analyzed, probed the pool with it and a filter, walking the campaign's every
-    # rollout for each number of the window (sql.SAMPLE_CANDIDATES).
+    # rollout for each number of the window (then sql.SAMPLE_CANDIDATES; now sql.DRAW_RECORDS).
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts", db_index=False)
     sequence = models.BigIntegerField(help_text="per-campaign order of arrival")
     rollout_id = models.CharField(max_length=64)
