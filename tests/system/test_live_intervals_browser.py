@@ -96,7 +96,13 @@ def test_every_point_stays_in_its_interval_while_an_arm_catches_up(transactional
     log = tmp_path / "daphne.log"
     with asgi_server(log, SERVE_STATIC="1") as base:
         page.goto(f"{base}{campaign.get_absolute_url()}")
-        page.wait_for_function("() => window.swarmDashboard && window.swarmDashboard.ready")
+        # The socket open, so in the campaign's group: a report announced before it joined is
+        # missed, and nothing else refreshes the rollups here (no Celery beat), so the page would
+        # stay at H = 3 (CI, 2026-12-06: the page loaded at 16:37:04, its socket joined at 16:37:05,
+        # after the first report; 0 points received).
+        page.wait_for_function(
+            "() => window.swarmDashboard && window.swarmDashboard.ready && window.swarmDashboard.socketOpen"
+        )
         seen = []
         for number in range(BEHIND, 10):
             wait_for_horizon(page, number, log)
