@@ -300,21 +300,34 @@ def run(
         **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
     ) as base:
         url = base.replace("http", "ws", 1)
-        until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
-        spent, connected, started, client_cpu = asyncio.run(
-            phase(
-                cpu,
-                [
-                    volunteer(
-                        url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed, version
-                    )
-                    for i in range(volunteers)
-                ],
-                ramp,
-                seconds,
-                tally,
+
+        def coordinator_pass(prefix: str, counted: Tally) -> tuple[dict, int, float, float]:
+            """``volunteers`` volunteers named ``prefix``0, 1, ... through one phase."""
+            until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
+            return asyncio.run(
+                phase(
+                    cpu,
+                    [
+                        volunteer(
+                            url,
+                            token,
+                            f"{prefix}{i}",
+                            mix,
+                            round_seconds,
+                            until,
+                            counted,
+                            heartbeats_fixed,
+                            version,
+                        )
+                        for i in range(volunteers)
+                    ],
+                    ramp,
+                    seconds,
+                    counted,
+                )
             )
-        )
+
+        spent, connected, started, client_cpu = coordinator_pass("v", tally)
         if echo:
             sizes = {kind: total // max(1, n) for kind, (total, n) in tally.frame_bytes.items()}
             echo_tally = Tally()
@@ -337,21 +350,7 @@ def run(
             # two coordinator passes, so that a drift of the machine's speed (1.5x within minutes
             # was seen, docs/coordinator-bench.md) weighs on both sides of server_per_echo alike.
             again = Tally()
-            until = time.monotonic() + ramp + seconds + round_seconds
-            spent_again, connected_again, started_again, _ = asyncio.run(
-                phase(
-                    cpu,
-                    [
-                        volunteer(
-                            url, token, f"w{i}", mix, round_seconds, until, again, heartbeats_fixed, version
-                        )
-                        for i in range(volunteers)
-                    ],
-                    ramp,
-                    seconds,
-                    again,
-                )
-            )
+            spent_again, connected_again, started_again, _ = coordinator_pass("w", again)
 
     passes = [(tally, started, spent)]
     if echo:

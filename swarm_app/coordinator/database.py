@@ -12,6 +12,8 @@ the single thread.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,7 @@ from typing import Any
 from asgiref.sync import SyncToAsync
 from channels.db import DatabaseSyncToAsync
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 # Connections the database threads leave in the process's pool for its other database work (pages,
 # dashboards' reads, Channels' own thread), as each thread holds one between calls.
@@ -95,6 +97,23 @@ class _HeldConnection(SyncToAsync):
             return super().thread_handler(loop, *args, **kwargs)
         finally:
             _keep_or_release()
+
+
+def release_held_connections() -> None:
+    """Hand every database thread's connection back to the pool (a test that is done with the
+    threads; a process about to stop). One close runs on each thread: each call waits at a
+    barrier until every thread holds one, so no thread takes two."""
+    if _EXECUTOR is None:
+        return
+    barrier = threading.Barrier(_THREADS)
+
+    def close() -> None:
+        barrier.wait(timeout=30)
+        with contextlib.suppress(DatabaseError):  # a connection PostgreSQL already ended
+            connection.close()
+
+    for future in [_EXECUTOR.submit(close) for _ in range(_THREADS)]:
+        future.result()
 
 
 def db(function: Callable[..., Any]) -> Callable[..., Any]:
