@@ -113,7 +113,7 @@ def main() -> None:
     def one_round(prepare: bool) -> None:
         lease = leases[rng.randrange(len(leases))]
         now = timezone.now()
-        params = {"campaign": campaign.pk, "node": lease.node_id, "round": lease.round + 1, "now": now}
+        params = {"campaign": campaign.pk, "node": lease.node_id, "lease_round": lease.round + 1, "now": now}
         sql.fetch(sql.LEASE_VIEW, params, prepare)
         sql.fetch(
             sql.SUBMISSION_VIEW,

@@ -15,6 +15,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.utils import timezone
 from msgspec import UNSET, UnsetType
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
@@ -102,18 +103,19 @@ def report_and_lease(
 ) -> tuple[Any, protocol.Lease | UnsetType]:
     """Store the round's metrics; with ``next_lease``, also the lease a lease_request for the
     next round would get, or nothing when that would be an error (the campaign paused or done,
-    the node's rounds done, its token revoked): the worker then asks, and is told why."""
+    the node's rounds done, its token revoked): the worker then asks, and is told why. The
+    report and the read the lease is decided on are one statement (Store.record_node_metrics)."""
     # ``metrics`` was validated at the boundary (protocol.MetricsReport): finite, bounded keys.
-    row = store().record_node_metrics(node, round, metrics)
+    row, view = store().record_node_metrics(node, round, metrics, timezone.now() if next_lease else None)
     if row is None:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE,
             f"metrics for round {round}: no verified rollouts of this node in that round",
         )
-    if not next_lease:
+    if view is None:
         return row, UNSET
     try:
-        return row, leases.issue_lease(node, round + 1)
+        return row, leases.issue_lease(node, round + 1, view)
     except ProtocolError:
         return row, UNSET
 

@@ -19,12 +19,13 @@ One lease per node and round: once a node submitted a round, a lease request for
 
 The common request (nothing held, nothing waiting) costs one read (the campaign, the node's
 state, the lease this node holds or submitted for the round and whether any lease waits; one
-prepared statement on PostgreSQL, sql.LEASE_VIEW) and two single-statement writes (allocate
-positions, insert the lease).
+prepared statement on PostgreSQL, sql.LEASE_VIEW) and one write, the lease's insert: its
+questions' positions come from a block this process reserved (:class:`PositionBlocks`).
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,10 +37,45 @@ from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage import store
-from swarm_app.coordinator.storage.records import WAITING
+from swarm_app.coordinator.storage.records import WAITING, LeaseRequestView
 from worker.shared import protocol
 from worker.shared.protocol import ErrorCode, ProtocolError
 from worker.shared.questions import QuestionRef, TaskMix, question, ref_at
+
+
+class PositionBlocks:
+    """Fresh positions of the campaigns' question streams, reserved from the campaign's counter
+    (``next_question_position``) ``LEASES`` leases' worth at a time and handed out from memory.
+
+    Taken from the counter on every lease, they cost a statement and a commit per round on the
+    campaign's row. Positions this process reserved and did not hand out before it stopped are
+    skipped, never issued, as are those of a lease whose insert fails: the stream is endless
+    and nothing counts it. With several servers each hands out its own blocks, so leases do not
+    follow stream order across servers; nothing relies on that order. A block is kept under
+    its campaign's id and creation time: an id can come back (SQLite reuses one after a rolled
+    back insert), its creation time does not.
+    """
+
+    LEASES = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the database threads lease concurrently
+        self._blocks: dict[tuple[int, datetime], tuple[int, int]] = {}  # -> (next, end)
+
+    def take(self, campaign_id: int, campaign_created: datetime, count: int) -> range:
+        """``count`` positions of the campaign's stream that no lease was given."""
+        key = (campaign_id, campaign_created)
+        with self._lock:
+            start, end = self._blocks.get(key, (0, 0))
+            if end - start < count:
+                size = count * self.LEASES
+                end = bump(Campaign, campaign_id, "next_question_position", size)
+                start = end - size
+            self._blocks[key] = (start + count, end)
+        return range(start, start + count)
+
+
+POSITIONS = PositionBlocks()
 
 
 def expire_overdue(campaign_id: int | None = None) -> int:
@@ -69,10 +105,12 @@ def lease_message(
     )
 
 
-def issue_lease(node: WorkerNode, round: int) -> protocol.Lease:
-    """This node's lease for ``round``: the one it already holds, a reissued one, or a new one."""
-    now = timezone.now()
-    view = store().lease_view(node, round, now)
+def issue_lease(node: WorkerNode, round: int, view: LeaseRequestView | None = None) -> protocol.Lease:
+    """This node's lease for ``round``: the one it already holds, a reissued one, or a new one.
+    ``view``: what it is decided on, when that was read already (with the node's metrics
+    report: consumers.report_and_lease)."""
+    view = view or store().lease_view(node, round, timezone.now())
+    now = view.read_at
     if view.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
     if view.token_revoked:  # a connection opened before the revocation (its push may have been lost)
@@ -104,12 +142,8 @@ def issue_lease(node: WorkerNode, round: int) -> protocol.Lease:
         refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
             return lease_message(mix, lease_id, round, deadline, refs)
-    # Fresh positions of the campaign's stream, allocated in a statement of their own: the
-    # campaign row's lock lasts one statement. Positions of a lease whose insert then fails
-    # are skipped, never issued twice.
-    count = config.questions_per_round
-    end = bump(Campaign, node.campaign_id, "next_question_position", count)
-    refs = [ref_at(mix, config.seed, position).to_json() for position in range(end - count, end)]
+    positions = POSITIONS.take(node.campaign_id, view.campaign_created, config.questions_per_round)
+    refs = [ref_at(mix, config.seed, position).to_json() for position in positions]
     store().insert_lease(node, round, lease_id, refs, now, deadline)
     return lease_message(mix, lease_id, round, deadline, refs)
 

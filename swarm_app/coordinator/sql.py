@@ -15,12 +15,11 @@ nothing is escaped in Python):
 * :data:`SAMPLE_VIEW`, :data:`DRAW_RECORDS`: a pool draw: what it is decided on (known already
   when the draw follows the node's submission), then the first qualifying rollouts among a few
   of the window's numbers, with the drawn groups' nodes' credit.
-* :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement.
+* :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement;
+  :data:`RECORD_NODE_METRICS_AND_LEASE_VIEW`: the same and LEASE_VIEW for the next round.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
-  transaction): claim the lease if it is still active, count the node's submission, insert the
-  rollouts under the pool sequence numbers taken just before (:func:`bump`, a statement of its
-  own, so that the campaign row, which every lease and submission of the campaign updates, is
-  locked for that statement only and not while the records are written and committed).
+  transaction): claim the lease if it is still active, count the node's submission, take the
+  pool's sequence numbers from the campaign's counter and insert the rollouts under them.
 
 Other databases (SQLite, the embedded mode) run the ORM versions (storage/orm.py), which do
 the same in a transaction; the tests run both.
@@ -133,7 +132,7 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
 _NODE_STATE = "CASE WHEN t.banned_at IS NOT NULL THEN 'banned' ELSE n.state END"
 
 LEASE_VIEW = """
-SELECT c.name, c.state, c.config::text, {NODE_STATE}, t.revoked_at IS NOT NULL,
+SELECT c.name, c.state, c.created_at, c.config::text, {NODE_STATE}, t.revoked_at IS NOT NULL,
        held.lease_id, held.deadline, held.questions::text, done.ack::text,
        EXISTS (SELECT 1 FROM coordinator_lease w
                WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
@@ -142,12 +141,12 @@ JOIN coordinator_workernode n ON n.id = %(node)s
 JOIN coordinator_workertoken t ON t.id = n.token_id
 LEFT JOIN LATERAL (
     SELECT lease_id, deadline, questions FROM coordinator_lease
-    WHERE node_id = %(node)s AND round = %(round)s AND (state = 'active' AND deadline >= %(now)s) IS TRUE
+    WHERE node_id = %(node)s AND round = %(lease_round)s AND (state = 'active' AND deadline >= %(now)s) IS TRUE
     ORDER BY id LIMIT 1
 ) held ON true
 LEFT JOIN LATERAL (
     SELECT ack FROM coordinator_lease
-    WHERE node_id = %(node)s AND round = %(round)s AND state = 'submitted'
+    WHERE node_id = %(node)s AND round = %(lease_round)s AND state = 'submitted'
     ORDER BY id LIMIT 1
 ) done ON true
 WHERE c.id = %(campaign)s
@@ -172,10 +171,17 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
         %(deadline)s, NULL, '', NULL)
 """
 
-# Its row count is the number of rollouts stored: len(rollouts), or 0 when the lease was no
-# longer active (claimed by a racing connection, expired or released meanwhile). The rows
-# arrive as one JSON array (one parameter, sent as it is) rather than as arrays of columns,
-# whose text form psycopg would escape in Python, element by element: 36 KB per submission.
+# One row: the pool's last sequence number and the number of rollouts stored, len(rollouts), or
+# (NULL, 0) when the lease was no longer active (claimed by a racing connection, expired or
+# released meanwhile): then nothing is written, and no sequence number is taken. The rows arrive
+# as one JSON array (one parameter, sent as it is) rather than as arrays of columns, whose text
+# form psycopg would escape in Python, element by element: 36 KB per submission.
+# The sequence numbers are taken here, from the campaign's counter ("numbered"), so that the
+# campaign row is locked until this statement commits; taken in a statement of their own they
+# cost a round trip and a commit more per round (docs/coordinator-bench.md). The campaign row's
+# other writers are rare (an organizer's action, the lease positions' blocks, a new node's first
+# hello with several replicates), and none of them waits, while holding it, for a row this
+# statement locks first (the lease, or a node that holds a lease), so no deadlock.
 STORE_SUBMISSION = """
 WITH claimed AS (
     UPDATE coordinator_lease SET state = 'submitted', submission_id = %(submission_id)s,
@@ -194,16 +200,24 @@ WITH claimed AS (
     INSERT INTO coordinator_nodecredit (node_id, groups_drawn, groups_drawn_informative)
     SELECT id, 0, 0 FROM counted
     ON CONFLICT (node_id) DO NOTHING
+), numbered AS (
+    UPDATE campaigns_campaign SET rollout_sequence = rollout_sequence + %(groups)s
+    WHERE id = %(campaign)s AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING rollout_sequence AS last
+), stored AS (
+    INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
+                                         replicate, round, task, question_seed, question_index, record,
+                                         mean_reward, zero_advantage, in_pool, created_at)
+    SELECT %(campaign)s, numbered.last - %(groups)s + r.position, r.rollout_id, %(node)s, %(lease)s,
+           %(tier)s, %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward,
+           r.zero_advantage, true, now()
+    FROM numbered,
+         jsonb_to_recordset(%(rows)s::jsonb)
+             AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
+                  mean_reward float8, zero_advantage bool)
+    RETURNING 1
 )
-INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
-                                     replicate, round, task, question_seed, question_index, record,
-                                     mean_reward, zero_advantage, in_pool, created_at)
-SELECT %(campaign)s, %(first)s::bigint + r.position, r.rollout_id, %(node)s, %(lease)s, %(tier)s,
-       %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward, r.zero_advantage, true, now()
-FROM claimed,
-     jsonb_to_recordset(%(rows)s::jsonb)
-         AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
-              mean_reward float8, zero_advantage bool)
+SELECT (SELECT last FROM numbered), (SELECT count(*) FROM stored)
 """
 
 # The pool's draw (pool.py): the view it is decided on, then DRAW_RECORDS on the window's numbers
@@ -277,9 +291,6 @@ WITH chosen AS (
 SELECT record::text FROM chosen ORDER BY rank
 """
 
-# A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts
-# that round, the report upserted (one per campaign, agent and round), the node moved on. No
-# row is written when the node has no rollouts that round (reward NULL).
 # Presence (presence.py): last-seen times of many nodes in one statement; a node the liveness beat
 # marked offline and that still talks is connected again, a banned one stays banned. Run every
 # few seconds with up to every connected node's id: not prepared, so that it is planned for the
@@ -294,7 +305,10 @@ FROM (SELECT unnest(%(ids)s::bigint[]) AS id, unnest(%(seen)s::timestamptz[]) AS
 WHERE n.id = v.id AND (n.last_seen IS NULL OR n.last_seen < v.seen)
 """
 
-RECORD_NODE_METRICS = """
+# A node's report for a round (campaigns/metrics.py): the verified mean reward of its rollouts
+# that round, the report upserted (one per campaign, agent and round), the node moved on. No
+# row is written when the node has no rollouts that round (reward NULL).
+_REPORT = """
 WITH verified AS (
     SELECT avg(mean_reward) AS reward FROM coordinator_poolrollout
     WHERE node_id = %(node)s AND round = %(round)s
@@ -312,5 +326,17 @@ WITH verified AS (
     UPDATE coordinator_workernode SET round = GREATEST(round, %(round)s + 1), last_reward = verified.reward
     FROM verified WHERE id = %(node)s AND verified.reward IS NOT NULL
 )
-SELECT verified.reward, (SELECT id FROM reported) FROM verified
 """
+
+RECORD_NODE_METRICS = _REPORT + "SELECT verified.reward, (SELECT id FROM reported) FROM verified"
+
+# Protocol 2's metrics report, whose answer carries the next round's lease: the report, and in
+# the same statement what that lease is decided on (LEASE_VIEW for round %(lease_round)s, one
+# row). A round trip fewer per round; the view reads nothing the report writes but the node's
+# round, which it does not use.
+RECORD_NODE_METRICS_AND_LEASE_VIEW = (
+    _REPORT
+    + "SELECT verified.reward, (SELECT id FROM reported), lease.* FROM verified CROSS JOIN ("
+    + LEASE_VIEW
+    + ") lease"
+)

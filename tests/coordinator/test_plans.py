@@ -77,6 +77,7 @@ PREPARED = [
     "SAMPLE_VIEW",
     "DRAW_RECORDS",
     "RECORD_NODE_METRICS",
+    "RECORD_NODE_METRICS_AND_LEASE_VIEW",
 ]
 BIG_TABLES = (
     "coordinator_lease",

@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
+from swarm_app.coordinator.leases import PositionBlocks
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token, revoke
@@ -32,7 +33,7 @@ from tests.coordinator.helpers import (
 from tests.wsclient import RawSession, frame
 from worker.shared.advantages import group_advantages
 from worker.shared.protocol import MAX_MESSAGE_BYTES
-from worker.shared.questions import TaskMix
+from worker.shared.questions import TaskMix, ref_at
 from worker.shared.rewards import rewards
 from worker.shared.rollout import Rollout
 
@@ -112,9 +113,16 @@ def test_a_round_end_to_end_over_the_socket(coordinator, campaign, token):
             assert (row.node.node_id, row.lease_id, row.tier, row.round) == (name, lease.pk, "tiny-1m", 0)
             assert row.mean_reward == pytest.approx(rollout.mean_reward)
             assert (row.zero_advantage, row.in_pool) == (rollout.zero_advantage, True)
+    # The two leases were given the stream's positions 0..3, from the block of positions this
+    # server reserved (leases.PositionBlocks).
+    config = campaign.settings
+    leased = [
+        ref for lease in Lease.objects.filter(campaign=campaign).order_by("pk") for ref in lease.questions
+    ]
+    assert leased == [ref_at(config.mix, config.seed, position).to_json() for position in range(4)]
     assert Campaign.objects.filter(pk=campaign.pk).values_list(
         "next_question_position", "rollout_sequence"
-    ).get() == (4, 4)
+    ).get() == (config.questions_per_round * PositionBlocks.LEASES, 4)
 
 
 def test_bad_frames_get_clear_errors_and_change_nothing(ready, campaign):

@@ -92,7 +92,7 @@ def scenario(store: Store) -> dict[str, Any]:
     # a draws: only b's groups (never its own), and b is credited for them, up to a's allowance.
     view = store.draw_view(campaign.pk, nodes["a"].pk)
     seen["draw view"] = (view.tier, view.replicate, view.config == config)
-    assert view.last == Campaign.objects.get(pk=campaign.pk).rollout_sequence  # numbers skipped included
+    assert view.last == Campaign.objects.get(pk=campaign.pk).rollout_sequence
     # The first 3 candidates of the numbers in this order: b's two (a's own are never drawn).
     number = {
         names[r]: n
@@ -111,11 +111,15 @@ def scenario(store: Store) -> dict[str, Any]:
         store.flush_seen({nodes["a"].pk: stamp - 60}),
     )
     # Node a's report of round 0 under its verified reward; none for a round it never submitted.
-    row = store.record_node_metrics(nodes["a"], 0, {"loss": 0.25})
-    assert row is not None and row.pk is not None
+    row, no_view = store.record_node_metrics(nodes["a"], 0, {"loss": 0.5})
+    assert row is not None and row.pk is not None and no_view is None
+    # Reported again (the report is replaced) with the read of a lease request for the next round.
+    row, view = store.record_node_metrics(nodes["a"], 0, {"loss": 0.25}, now)
+    assert row is not None and view == store.lease_view(nodes["a"], 1, now)
+    seen["report's lease view"] = (view.campaign_state, view.node_state, view.held, view.submitted_ack)
     seen["report"] = (row.agent.split("-")[-1], row.round, row.reward, row.metrics)
     assert row.reward == pytest.approx(sum(r.mean_reward for r in stored["a"]) / 2)
-    assert store.record_node_metrics(nodes["a"], 3, {"loss": 0.5}) is None
+    assert store.record_node_metrics(nodes["a"], 3, {"loss": 0.5}) == (None, None)
     seen["nodes"] = {
         name: WorkerNode.objects.values_list(
             "state", "round", "last_reward", "accepted_submissions", "accepted_rollouts", "draw_allowance"
@@ -124,8 +128,8 @@ def scenario(store: Store) -> dict[str, Any]:
         for name, node in nodes.items()
     }
     assert WorkerNode.objects.get(pk=nodes["a"].pk).last_seen.timestamp() == pytest.approx(stamp)
-    # The pool in arrival order. Sequence numbers only grow; PostgreSQL's may leave gaps (it
-    # numbers a submission before claiming its lease: sql.py), so they are compared by rank.
+    # The pool in arrival order, numbered 1..4: a claim that failed (the racing duplicate above)
+    # took no numbers.
     pool = list(
         PoolRollout.objects.filter(campaign=campaign)
         .order_by("sequence")
@@ -133,7 +137,7 @@ def scenario(store: Store) -> dict[str, Any]:
             "sequence", "rollout_id", "round", "tier", "replicate", "mean_reward", "zero_advantage", "in_pool"
         )
     )
-    assert len(pool) == 4 and len({row[0] for row in pool}) == 4
+    assert [row[0] for row in pool] == [1, 2, 3, 4]
     seen["pool"] = [row[1:] for row in pool]
     records = dict(PoolRollout.objects.filter(campaign=campaign).values_list("rollout_id", "record"))
     assert all(

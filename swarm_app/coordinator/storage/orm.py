@@ -37,8 +37,10 @@ class OrmStore:
             Lease.objects.filter(node=node, round=round, state=Lease.State.SUBMITTED).order_by("pk").first()
         )
         return LeaseRequestView(
+            now,
             campaign.name,
             campaign.state,
+            campaign.created_at,
             campaign.settings,
             WorkerNode.State.BANNED if campaign.token_banned else campaign.node_state,
             campaign.token_revoked,
@@ -189,29 +191,35 @@ class OrmStore:
         return updated
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any]
-    ) -> RoundMetrics | None:
+        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+    ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         with transaction.atomic():
-            verified = PoolRollout.objects.filter(node=node, round=round).aggregate(
-                reward=Avg("mean_reward")
-            )["reward"]
-            if verified is None:
-                return None
-            row, _ = RoundMetrics.objects.update_or_create(
-                campaign_id=node.campaign_id,
-                agent=f"node:{node.node_id}",
-                round=round,
-                defaults={
-                    "arm": Arm.SWARM,
-                    "tier": node.tier,
-                    "node": node,
-                    "reward": verified,
-                    "metrics": metrics,
-                },
-            )
-            WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
-            WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
-        return row
+            row = _record_node_metrics(node, round, metrics)
+        view = self.lease_view(node, round + 1, next_lease_at) if next_lease_at is not None else None
+        return row, view
+
+
+def _record_node_metrics(node: WorkerNode, round: int, metrics: dict[str, Any]) -> RoundMetrics | None:
+    verified = PoolRollout.objects.filter(node=node, round=round).aggregate(reward=Avg("mean_reward"))[
+        "reward"
+    ]
+    if verified is None:
+        return None
+    row, _ = RoundMetrics.objects.update_or_create(
+        campaign_id=node.campaign_id,
+        agent=f"node:{node.node_id}",
+        round=round,
+        defaults={
+            "arm": Arm.SWARM,
+            "tier": node.tier,
+            "node": node,
+            "reward": verified,
+            "metrics": metrics,
+        },
+    )
+    WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
+    WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
+    return row
 
 
 def _credit_draw(node_pk: int, drawn: list[tuple[int, bool]]) -> None:

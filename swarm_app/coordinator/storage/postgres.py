@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics, settings_from_text
+from swarm_app.campaigns.models import Arm, RoundMetrics, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import WorkerNode
-from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage.records import DrawView, LeaseRequestView, LeaseView, pool_record
 from worker.shared.rollout import Rollout
 
@@ -19,14 +19,9 @@ class PostgresStore:
 
     def lease_view(self, node: WorkerNode, round: int, now: datetime) -> LeaseRequestView:
         (row,) = sql.fetch(
-            sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "round": round, "now": now}
+            sql.LEASE_VIEW, {"campaign": node.campaign_id, "node": node.pk, "lease_round": round, "now": now}
         )
-        name, state, config, node_state, revoked, held_id, held_deadline, held_refs, ack, any_waiting = row
-        held = (held_id, held_deadline, sql.from_json_text(held_refs)) if held_id is not None else None
-        submitted_ack = sql.from_json_text(ack) if ack is not None else None
-        return LeaseRequestView(
-            name, state, settings_from_text(config), node_state, revoked, held, submitted_ack, any_waiting
-        )
+        return _lease_request_view(row, now)
 
     def insert_lease(
         self,
@@ -76,13 +71,7 @@ class PostgresStore:
         rollouts: list[Rollout],
         allowance: int,
     ) -> int | None:
-        # The pool's sequence numbers first, in a statement of their own: the campaign row, which
-        # every lease and submission of the campaign updates, stays locked for that statement
-        # only, not for the insert of the records and its commit (the top wait in
-        # pg_stat_statements at 1,000 volunteers). Numbers of a submission that is then not
-        # stored are skipped, never reused; the pool's window reads around the gaps.
-        last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
-        stored = sql.execute(
+        ((last, stored),) = sql.fetch(
             sql.STORE_SUBMISSION,
             {
                 "submission_id": submission_id,
@@ -90,7 +79,6 @@ class PostgresStore:
                 "lease": lease.pk,
                 "node": node.pk,
                 "campaign": lease.campaign_pk,
-                "first": last - len(rollouts),
                 "tier": node.tier,
                 "replicate": node.replicate,
                 "round": lease.round,
@@ -150,23 +138,29 @@ class PostgresStore:
         return sql.execute(sql.FLUSH_SEEN, {"ids": ids, "seen": stamps}, prepare=False)
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any]
-    ) -> RoundMetrics | None:
+        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+    ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         agent = f"node:{node.node_id}"
-        ((verified, row_id),) = sql.fetch(
-            sql.RECORD_NODE_METRICS,
-            {
-                "node": node.pk,
-                "round": round,
-                "campaign": node.campaign_id,
-                "tier": node.tier,
-                "agent": agent,
-                "metrics": sql.json_text(metrics),
-            },
-        )
+        params = {
+            "node": node.pk,
+            "round": round,
+            "campaign": node.campaign_id,
+            "tier": node.tier,
+            "agent": agent,
+            "metrics": sql.json_text(metrics),
+        }
+        if next_lease_at is None:
+            ((verified, row_id),) = sql.fetch(sql.RECORD_NODE_METRICS, params)
+            view = None
+        else:
+            ((verified, row_id, *lease),) = sql.fetch(
+                sql.RECORD_NODE_METRICS_AND_LEASE_VIEW,
+                {**params, "lease_round": round + 1, "now": next_lease_at},
+            )
+            view = _lease_request_view(lease, next_lease_at)
         if verified is None:
-            return None
-        return RoundMetrics(
+            return None, view
+        row = RoundMetrics(
             id=row_id,
             campaign_id=node.campaign_id,
             arm=Arm.SWARM,
@@ -177,3 +171,23 @@ class PostgresStore:
             reward=verified,
             metrics=metrics,
         )
+        return row, view
+
+
+def _lease_request_view(row: Sequence[Any], now: datetime) -> LeaseRequestView:
+    """A LeaseRequestView from sql.LEASE_VIEW's row, read as of ``now``."""
+    name, state, created, config, node_state, revoked, held_id, held_deadline, held_refs, ack, waiting = row
+    held = (held_id, held_deadline, sql.from_json_text(held_refs)) if held_id is not None else None
+    submitted_ack = sql.from_json_text(ack) if ack is not None else None
+    return LeaseRequestView(
+        now,
+        name,
+        state,
+        created,
+        settings_from_text(config),
+        node_state,
+        revoked,
+        held,
+        submitted_ack,
+        waiting,
+    )

@@ -26,10 +26,12 @@ WAITING = Q(state__in=[Lease.State.EXPIRED, Lease.State.RELEASED])
 
 @dataclass
 class LeaseRequestView:
-    """What a lease request is decided on: one read (leases.py's docstring)."""
+    """What a lease request is decided on: one read (leases.py's docstring), as of ``read_at``."""
 
+    read_at: datetime
     campaign_name: str
     campaign_state: str
+    campaign_created: datetime  # with its id, which campaign this is (leases.PositionBlocks)
     config: CampaignConfig
     node_state: str
     token_revoked: bool  # the node's token, revoked since this connection's hello
@@ -146,9 +148,10 @@ class Store(Protocol):
         ...
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any]
-    ) -> RoundMetrics | None:
+        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+    ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         """Store the node's report for ``round`` under its verified reward (the mean of its
-        rollouts of the round in the pool) and advance the node's round; None when the node
-        has no verified rollout in that round."""
+        rollouts of the round in the pool) and advance the node's round (the row: None when the
+        node has no verified rollout in that round); with ``next_lease_at``, also read
+        :meth:`lease_view` of round + 1 as of then (None without)."""
         ...
