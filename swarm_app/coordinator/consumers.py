@@ -104,9 +104,12 @@ def report_and_lease(
     """Store the round's metrics; with ``next_lease``, also the lease a lease_request for the
     next round would get, or nothing when that would be an error (the campaign paused or done,
     the node's rounds done, its token revoked): the worker then asks, and is told why. The
-    report and the read the lease is decided on are one statement (Store.record_node_metrics)."""
+    report, the read the lease is decided on and, in the common case, the new lease's insert
+    are one statement (Store.record_node_metrics, leases.offer_lease)."""
     # ``metrics`` was validated at the boundary (protocol.MetricsReport): finite, bounded keys.
-    row, view = store().record_node_metrics(node, round, metrics, timezone.now() if next_lease else None)
+    now = timezone.now() if next_lease else None
+    offer = leases.offer_lease(node, round + 1, now) if now is not None else None
+    row, view = store().record_node_metrics(node, round, metrics, now, offer)
     if row is None:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE,
@@ -115,7 +118,7 @@ def report_and_lease(
     if view is None:
         return row, UNSET
     try:
-        return row, leases.issue_lease(node, round + 1, view)
+        return row, leases.issue_lease(node, round + 1, view, offer)
     except ProtocolError:
         return row, UNSET
 

@@ -20,7 +20,11 @@ One lease per node and round: once a node submitted a round, a lease request for
 The common request (nothing held, nothing waiting) costs one read (the campaign, the node's
 state, the lease this node holds or submitted for the round and whether any lease waits; one
 prepared statement on PostgreSQL, sql.LEASE_VIEW) and one write, the lease's insert: its
-questions' positions come from a block this process reserved (:class:`PositionBlocks`).
+questions' positions come from a block this process reserved (:class:`PositionBlocks`). The
+lease that protocol 2 sends with a metrics report's answer costs less still: this process makes
+the common case's lease beforehand (:func:`offer_lease`), and the report's statement reads the
+view and inserts that lease if the view is the common case (LeaseOffer.stands); otherwise
+:func:`issue_lease` decides from the view as for any request.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import threading
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -37,8 +41,9 @@ from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage import store
-from swarm_app.coordinator.storage.records import WAITING, LeaseRequestView
+from swarm_app.coordinator.storage.records import WAITING, LeaseOffer, LeaseRequestView
 from worker.shared import protocol
+from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
 from worker.shared.questions import QuestionRef, TaskMix, question, ref_at
 
@@ -77,6 +82,64 @@ class PositionBlocks:
 
 POSITIONS = PositionBlocks()
 
+# What this process last read of each campaign: its creation time and settings. A campaign's
+# settings never change once it is created (the admin shows them read-only; nothing updates
+# them), so they are good for an offer as long as the creation time matches (an id can come back).
+_CAMPAIGNS_READ: dict[int, tuple[datetime, CampaignConfig]] = {}
+
+
+class IssuedLease(NamedTuple):
+    """What a submission of a lease is checked against, known where the lease was issued."""
+
+    node_pk: int
+    round: int
+    refs: list[QuestionRef]
+    config: CampaignConfig
+
+
+class IssuedHere:
+    """The leases this process issued and has not seen submitted yet (at most ``LIMIT``, the
+    oldest forgotten first): their submission needs no read of the lease (submissions.py).
+    Each is taken once; a submission to another server, or after a restart, reads the lease."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the database threads issue and take concurrently
+        self._leases: dict[str, IssuedLease] = {}
+
+    def add(self, lease_id: str, lease: IssuedLease) -> None:
+        with self._lock:
+            self._leases[lease_id] = lease
+            if len(self._leases) > self.LIMIT:
+                del self._leases[next(iter(self._leases))]
+
+    def take(self, lease_id: str, node_pk: int) -> IssuedLease | None:
+        """The lease ``lease_id`` if this process issued it to node ``node_pk``; forgotten then."""
+        with self._lock:
+            lease = self._leases.pop(lease_id, None)
+        return lease if lease is not None and lease.node_pk == node_pk else None
+
+
+ISSUED_HERE = IssuedHere()
+
+
+def offer_lease(node: WorkerNode, round: int, now: datetime) -> LeaseOffer | None:
+    """The new lease a request for ``round`` gets in the common case (LeaseOffer), made before
+    the request's read so that the read can insert it in the same statement; None when this
+    process has not read the campaign yet or ``round`` is past its rounds. An offer that is not
+    taken leaves its positions unused (skipped, as PositionBlocks says)."""
+    read = _CAMPAIGNS_READ.get(node.campaign_id)
+    if read is None:
+        return None
+    created, config = read
+    if round >= config.rounds:
+        return None
+    positions = POSITIONS.take(node.campaign_id, created, config.questions_per_round)
+    refs = [ref_at(config.mix, config.seed, position).to_json() for position in positions]
+    deadline = now + timedelta(seconds=config.lease_seconds)
+    return LeaseOffer(uuid.uuid4().hex, round, refs, deadline, created)
+
 
 def expire_overdue(campaign_id: int | None = None) -> int:
     """Mark active leases past their deadline as expired; returns how many."""
@@ -105,11 +168,14 @@ def lease_message(
     )
 
 
-def issue_lease(node: WorkerNode, round: int, view: LeaseRequestView | None = None) -> protocol.Lease:
+def issue_lease(
+    node: WorkerNode, round: int, view: LeaseRequestView | None = None, offer: LeaseOffer | None = None
+) -> protocol.Lease:
     """This node's lease for ``round``: the one it already holds, a reissued one, or a new one.
     ``view``: what it is decided on, when that was read already (with the node's metrics
-    report: consumers.report_and_lease)."""
+    report, consumers.report_and_lease), with ``offer``, which that read inserted or not."""
     view = view or store().lease_view(node, round, timezone.now())
+    _CAMPAIGNS_READ[node.campaign_id] = (view.campaign_created, view.config)
     now = view.read_at
     if view.node_state == WorkerNode.State.BANNED:
         raise ProtocolError(ErrorCode.BANNED, "this node was banned for submitting false rewards")
@@ -133,19 +199,34 @@ def issue_lease(node: WorkerNode, round: int, view: LeaseRequestView | None = No
             f"round {round} was already submitted by this node: report its metrics and go on",
             view.submitted_ack,
         )
-    mix = config.mix
+    if view.offer_taken and offer is not None:  # the common case, decided and inserted by the read
+        return _issued(node, config, offer.lease_id, round, offer.deadline, offer.refs)
     if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
-        return lease_message(mix, view.held[0], round, view.held[1], view.held[2])
+        return _issued(node, config, view.held[0], round, view.held[1], view.held[2])
     deadline = now + timedelta(seconds=config.lease_seconds)
     lease_id = uuid.uuid4().hex
     if view.any_waiting:
         refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
-            return lease_message(mix, lease_id, round, deadline, refs)
+            return _issued(node, config, lease_id, round, deadline, refs)
     positions = POSITIONS.take(node.campaign_id, view.campaign_created, config.questions_per_round)
-    refs = [ref_at(mix, config.seed, position).to_json() for position in positions]
+    refs = [ref_at(config.mix, config.seed, position).to_json() for position in positions]
     store().insert_lease(node, round, lease_id, refs, now, deadline)
-    return lease_message(mix, lease_id, round, deadline, refs)
+    return _issued(node, config, lease_id, round, deadline, refs)
+
+
+def _issued(
+    node: WorkerNode,
+    config: CampaignConfig,
+    lease_id: str,
+    round: int,
+    deadline: datetime,
+    refs: list[dict[str, Any]],
+) -> protocol.Lease:
+    """The lease's message; the lease noted in :data:`ISSUED_HERE`."""
+    message = lease_message(config.mix, lease_id, round, deadline, refs)
+    ISSUED_HERE.add(lease_id, IssuedLease(node.pk, round, [q.ref for q in message.questions], config))
+    return message
 
 
 def _reissue(node: WorkerNode, round: int, lease_id: str, deadline: datetime) -> list[dict[str, Any]] | None:

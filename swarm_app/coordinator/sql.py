@@ -16,7 +16,8 @@ nothing is escaped in Python):
   when the draw follows the node's submission), then the first qualifying rollouts among a few
   of the window's numbers, with the drawn groups' nodes' credit.
 * :data:`RECORD_NODE_METRICS`: a node's report for a round, as one statement;
-  :data:`RECORD_NODE_METRICS_AND_LEASE_VIEW`: the same and LEASE_VIEW for the next round.
+  :data:`RECORD_NODE_METRICS_AND_LEASE`: the same, LEASE_VIEW for the next round and, in the
+  common case, that round's new lease.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
   transaction): claim the lease if it is still active, count the node's submission, take the
   pool's sequence numbers from the campaign's counter and insert the rollouts under them.
@@ -132,10 +133,11 @@ def bump(model: type[models.Model], pk: int, field: str, by: int) -> int:
 _NODE_STATE = "CASE WHEN t.banned_at IS NOT NULL THEN 'banned' ELSE n.state END"
 
 LEASE_VIEW = """
-SELECT c.name, c.state, c.created_at, c.config::text, {NODE_STATE}, t.revoked_at IS NOT NULL,
-       held.lease_id, held.deadline, held.questions::text, done.ack::text,
+SELECT c.name, c.state, c.created_at, c.config::text AS config, {NODE_STATE} AS node_state,
+       t.revoked_at IS NOT NULL AS revoked, held.lease_id AS held_id, held.deadline AS held_deadline,
+       held.questions::text AS held_refs, done.ack::text AS ack,
        EXISTS (SELECT 1 FROM coordinator_lease w
-               WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released'))
+               WHERE w.campaign_id = c.id AND w.state IN ('expired', 'released')) AS any_waiting
 FROM campaigns_campaign c
 JOIN coordinator_workernode n ON n.id = %(node)s
 JOIN coordinator_workertoken t ON t.id = n.token_id
@@ -154,7 +156,7 @@ WHERE c.id = %(campaign)s
 
 SUBMISSION_VIEW = """
 SELECT l.id, l.lease_id, l.node_id, l.state, l.deadline, l.round, l.questions::text, l.submission_id,
-       l.ack::text, l.campaign_id, c.name, c.config::text, {NODE_STATE}
+       l.ack::text, c.config::text, {NODE_STATE}
 FROM coordinator_lease l
 JOIN campaigns_campaign c ON c.id = l.campaign_id
 JOIN coordinator_workernode n ON n.id = %(node)s
@@ -172,8 +174,12 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
 """
 
 # One row: the pool's last sequence number and the number of rollouts stored, len(rollouts), or
-# (NULL, 0) when the lease was no longer active (claimed by a racing connection, expired or
-# released meanwhile): then nothing is written, and no sequence number is taken. The rows arrive
+# (NULL, 0) when the lease could not be claimed: then nothing is written, and no sequence number
+# is taken. It is claimed only where a submission's first checks (submissions.py) pass as of the
+# claim: the node's lease of that round, active and within its deadline, the submission id not
+# used by another of the node's leases, node and token not banned. A submission of a lease this
+# process issued is stored on that alone (no read before it); the others were read and checked
+# first, and a claim that fails then was lost to a race (a racing connection, an expiry). The rows arrive
 # as one JSON array (one parameter, sent as it is) rather than as arrays of columns, whose text
 # form psycopg would escape in Python, element by element: 36 KB per submission.
 # The sequence numbers are taken here, from the campaign's counter ("numbered"), so that the
@@ -184,10 +190,15 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
 # statement locks first (the lease, or a node that holds a lease), so no deadlock.
 STORE_SUBMISSION = """
 WITH claimed AS (
-    UPDATE coordinator_lease SET state = 'submitted', submission_id = %(submission_id)s,
-                                 ack = %(ack)s::jsonb
-    WHERE id = %(lease)s AND (state = 'active') IS TRUE
-    RETURNING id
+    UPDATE coordinator_lease l SET state = 'submitted', submission_id = %(submission_id)s,
+                                   ack = %(ack)s::jsonb
+    WHERE l.lease_id = %(lease_id)s AND l.node_id = %(node)s AND l.round = %(round)s
+      AND (l.state = 'active' AND l.deadline >= %(now)s) IS TRUE
+      AND NOT EXISTS (SELECT 1 FROM coordinator_lease p
+                      WHERE p.node_id = %(node)s AND p.submission_id = %(submission_id)s AND p.submission_id <> '')
+      AND NOT EXISTS (SELECT 1 FROM coordinator_workernode n JOIN coordinator_workertoken t ON t.id = n.token_id
+                      WHERE n.id = %(node)s AND (n.state = 'banned' OR t.banned_at IS NOT NULL))
+    RETURNING l.id
 ), counted AS (
     UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1,
                                       accepted_rollouts = accepted_rollouts + %(groups)s,
@@ -201,17 +212,19 @@ WITH claimed AS (
     SELECT id, 0, 0 FROM counted
     ON CONFLICT (node_id) DO NOTHING
 ), numbered AS (
+    -- After the node's row ("counted"), so that the campaign's row is never held while this
+    -- waits for the node's (which the presence flush may hold, for a thousand nodes at once).
     UPDATE campaigns_campaign SET rollout_sequence = rollout_sequence + %(groups)s
-    WHERE id = %(campaign)s AND EXISTS (SELECT 1 FROM claimed)
+    WHERE id = %(campaign)s AND EXISTS (SELECT 1 FROM counted)
     RETURNING rollout_sequence AS last
 ), stored AS (
     INSERT INTO coordinator_poolrollout (campaign_id, sequence, rollout_id, node_id, lease_id, tier,
                                          replicate, round, task, question_seed, question_index, record,
                                          mean_reward, zero_advantage, in_pool, created_at)
-    SELECT %(campaign)s, numbered.last - %(groups)s + r.position, r.rollout_id, %(node)s, %(lease)s,
+    SELECT %(campaign)s, numbered.last - %(groups)s + r.position, r.rollout_id, %(node)s, claimed.id,
            %(tier)s, %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward,
            r.zero_advantage, true, now()
-    FROM numbered,
+    FROM claimed, numbered,
          jsonb_to_recordset(%(rows)s::jsonb)
              AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
                   mean_reward float8, zero_advantage bool)
@@ -330,13 +343,31 @@ WITH verified AS (
 
 RECORD_NODE_METRICS = _REPORT + "SELECT verified.reward, (SELECT id FROM reported) FROM verified"
 
-# Protocol 2's metrics report, whose answer carries the next round's lease: the report, and in
-# the same statement what that lease is decided on (LEASE_VIEW for round %(lease_round)s, one
-# row). A round trip fewer per round; the view reads nothing the report writes but the node's
-# round, which it does not use.
-RECORD_NODE_METRICS_AND_LEASE_VIEW = (
+# Protocol 2's metrics report, whose answer carries the next round's lease: the report; what
+# that lease is decided on (LEASE_VIEW for round %(lease_round)s, one row); and the lease this
+# process offers (leases.offer_lease: its id, questions and deadline; all NULL for no offer),
+# inserted only in the common case, where leases.issue_lease would insert a new lease too: the
+# round reported (verified rollouts), the campaign the one the offer was made for (its creation
+# time) and running, the node not banned nor its token revoked, no lease of the node held or
+# submitted for that round and none waiting to be reissued. Otherwise nothing is inserted and
+# issue_lease decides from the view. One statement and one commit where the report, the read
+# and the insert were three statements and two commits.
+RECORD_NODE_METRICS_AND_LEASE = (
     _REPORT
-    + "SELECT verified.reward, (SELECT id FROM reported), lease.* FROM verified CROSS JOIN ("
+    + ", lease AS ("
     + LEASE_VIEW
-    + ") lease"
+    + """), issued AS (
+    INSERT INTO coordinator_lease (lease_id, campaign_id, node_id, round, state, questions, issued_at,
+                                   deadline, reissue_of_id, submission_id, ack)
+    SELECT %(lease_id)s::text, %(campaign)s, %(node)s, %(lease_round)s, 'active', %(questions)s::jsonb, %(now)s,
+           %(deadline)s, NULL, '', NULL
+    FROM lease, verified
+    WHERE %(lease_id)s::text IS NOT NULL AND verified.reward IS NOT NULL
+      AND lease.state = 'running' AND lease.created_at = %(created)s::timestamptz
+      AND lease.node_state <> 'banned' AND NOT lease.revoked
+      AND lease.held_id IS NULL AND lease.ack IS NULL AND NOT lease.any_waiting
+    RETURNING 1
+)
+SELECT verified.reward, (SELECT id FROM reported), lease.*, EXISTS (SELECT 1 FROM issued)
+FROM verified CROSS JOIN lease"""
 )

@@ -16,10 +16,12 @@ the pool with the coordinator's rewards and advantages, in one transaction with 
 Cost (this is the coordinator's hottest path; bench/coordinator.py measures it): one read for
 the lease, its campaign, the node's state and any earlier use of the submission id; the
 re-scoring, which builds each question's reasoning-gym entry once and scores all G completions
-against it; then the write: allocate pool sequence numbers, then claim the lease, count the
-node's submission and insert the rollouts. On PostgreSQL the read is one prepared statement, the
-write two (the numbers in a statement of their own: sql.py); elsewhere they are ORM queries and
-a transaction of four statements.
+against it; then the write: claim the lease, count the node's submission, number the rollouts
+and insert them. On PostgreSQL the read is one prepared statement and the write another; elsewhere
+they are ORM queries and a transaction of a few statements. A lease this process issued (the
+common case: the worker asked this server for it) needs no read: its round, questions and
+settings were noted when it was issued (leases.ISSUED_HERE), and the write claims it only where
+checks 1 and 2 pass; anything else, honest or not, goes the way above, which decides it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import msgspec
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from swarm_app.coordinator import leases
 from swarm_app.coordinator.bans import ban_node
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
@@ -102,6 +105,31 @@ class Submitted(NamedTuple):
 def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
     if not submission_id:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'submission_id': must not be empty")
+    issued = leases.ISSUED_HERE.take(lease_id, node.pk)
+    if issued is not None:
+        stored = _submit_issued_here(node, submission_id, lease_id, rollouts, issued)
+        if stored is not None:
+            return stored
+    return _submit(node, submission_id, lease_id, rollouts)
+
+
+def _submit_issued_here(
+    node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout], issued: leases.IssuedLease
+) -> Submitted | None:
+    """An honest submission of a lease this process issued, stored without a read: its round,
+    questions and settings are known here, and the write claims the lease only where the read's
+    checks (1 and 2) would have passed (Store.store_submission). None for anything else, which
+    :func:`_submit` then decides from the read, with its errors and counts (a false claim is
+    counted there, once)."""
+    try:
+        verified = _verified_rewards(node, issued.config, issued.round, issued.refs, rollouts)
+    except (ProtocolError, FalseClaim):
+        return None
+    return _store(node, issued.config, lease_id, issued.round, submission_id, rollouts, verified)
+
+
+def _submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
+    """Checks 1-4 on the read of the lease (Store.find_leases), then the write."""
     found = store().find_leases(node, submission_id, lease_id)
     lease = next((row for row in found if row.lease_id == lease_id), None)
     if lease is None:
@@ -119,14 +147,40 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
         raise ProtocolError(
             ErrorCode.DUPLICATE_SUBMISSION, f"lease {lease_id} was already submitted as {lease.submission_id}"
         )
+    expired = ProtocolError(
+        ErrorCode.LEASE_EXPIRED,
+        f"lease {lease_id} expired at {lease.deadline:%H:%M:%S} UTC; its questions were given to other workers",
+    )
     if lease.state != Lease.State.ACTIVE or lease.deadline < timezone.now():
-        raise ProtocolError(
-            ErrorCode.LEASE_EXPIRED,
-            f"lease {lease_id} expired at {lease.deadline:%H:%M:%S} UTC; its questions were given to other workers",
-        )
-
+        raise expired
     config = lease.config
     refs = [QuestionRef.from_json(r) for r in lease.questions]
+    try:
+        verified = _verified_rewards(node, config, lease.round, refs, rollouts)
+    except FalseClaim as claim:
+        raise _reject(node, config, claim.code, claim.message) from None
+    stored = _store(node, config, lease_id, lease.round, submission_id, rollouts, verified)
+    if stored is not None:
+        return stored
+    locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
+    if locked.state == Lease.State.SUBMITTED:
+        raise _duplicate(locked.submission_id, locked.ack)
+    raise expired  # expired, released or past its deadline since it was read
+
+
+class FalseClaim(Exception):
+    """Check 4 failed: a question, answer or reward that differs from the coordinator's. It
+    counts against the node (:func:`_reject`) once checks 1-3 have passed on the lease as read."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _verified_rewards(
+    node: WorkerNode, config: CampaignConfig, round: int, refs: list[QuestionRef], rollouts: list[Rollout]
+) -> list[list[float]]:
+    """Checks 3 (ProtocolError) and 4 (FalseClaim) of a lease's rollouts; the verifier's rewards."""
     if [r.ref for r in rollouts] != refs:
         raise ProtocolError(
             ErrorCode.LEASE_MISMATCH, "rollouts must answer the leased questions, in lease order"
@@ -137,7 +191,7 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
                 ErrorCode.LEASE_MISMATCH,
                 f"rollouts[{i}]: {rollout.group_size} completions, campaign G is {config.group_size}",
             )
-        if (rollout.agent_id, rollout.tier, rollout.round) != (node.node_id, node.tier, lease.round):
+        if (rollout.agent_id, rollout.tier, rollout.round) != (node.node_id, node.tier, round):
             raise ProtocolError(
                 ErrorCode.LEASE_MISMATCH, f"rollouts[{i}]: agent, tier and round must be this node's lease's"
             )
@@ -161,23 +215,31 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             or rollout.answer != record.answer
             or not _same_metadata(rollout.metadata, record.metadata)
         ):
-            raise _reject(
-                node,
-                config,
-                ErrorCode.GROUND_TRUTH_MISMATCH,
-                f"rollouts[{i}]: question or answer differs from the record",
+            raise FalseClaim(
+                ErrorCode.GROUND_TRUTH_MISMATCH, f"rollouts[{i}]: question or answer differs from the record"
             )
         true_rewards = rewards(mix, rollout.ref, rollout.completions, reward_config)
         for g, (claimed, true) in enumerate(zip(rollout.rewards, true_rewards, strict=True)):
             if abs(claimed - true) > REWARD_TOLERANCE:
-                raise _reject(
-                    node,
-                    config,
+                raise FalseClaim(
                     ErrorCode.REWARD_MISMATCH,
                     f"rollouts[{i}].rewards[{g}]: claimed {claimed}, the verifier gives {true}",
                 )
         verified.append(true_rewards)
+    return verified
 
+
+def _store(
+    node: WorkerNode,
+    config: CampaignConfig,
+    lease_id: str,
+    round: int,
+    submission_id: str,
+    rollouts: list[Rollout],
+    verified: list[list[float]],
+) -> Submitted | None:
+    """The ack, the coordinator's rewards and advantages on the rollouts, and the write; None
+    when the lease could not be claimed (Store.store_submission)."""
     grpo = config.grpo_config(node.tier)
     scale = grpo.scale_rewards
     ack = {
@@ -193,10 +255,10 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             # Nobody in this campaign corrects for it: not kept (it is most of a record's size),
             # and without it the record is the version 1 layout that every worker reads.
             rollout.behaviour, rollout.schema_version = None, 1
-    submitted = Submitted(ack, lease.round, config)
+    submitted = Submitted(ack, round, config)
     try:
         pool_last = store().store_submission(
-            node, lease, submission_id, ack, rollouts, submitted.external_count()
+            node, lease_id, round, submission_id, ack, rollouts, submitted.external_count(), timezone.now()
         )
     except IntegrityError:
         # A rollout id reused from an earlier submission: refuse rather than overwrite the pool.
@@ -204,8 +266,5 @@ def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[R
             ErrorCode.LEASE_MISMATCH, "a rollout_id in this submission was already used"
         ) from None
     if pool_last is None:
-        locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
-        if locked.state == Lease.State.SUBMITTED:
-            raise _duplicate(locked.submission_id, locked.ack)
-        raise ProtocolError(ErrorCode.LEASE_EXPIRED, f"lease {lease_id} is {locked.state}")
-    return Submitted(ack, lease.round, config, pool_last)
+        return None
+    return Submitted(ack, round, config, pool_last)

@@ -370,6 +370,11 @@ def test_protocol_2_answers_the_draw_with_the_submit_and_the_next_lease_with_the
         assert reported["type"] == "metrics_ack" and held["round"] == 1 and len(held["questions"]) == 2
         asked = await new.request("lease_request", round=1)
         assert asked["lease_id"] == held["lease_id"]
+        # A report made again (a resent frame) is answered with the same lease, not a second one.
+        repeated = await new.request("metrics", round=0, metrics={"loss": 0.4})
+        assert repeated["next_lease"]["lease_id"] == held["lease_id"]
+        leased = Lease.objects.filter(node__node_id="node-a", round=1)
+        assert await sync_to_async(leased.count)() == 1
         await submit_round(new, "node-a", mix, round=1)
 
         await sync_to_async(Campaign.objects.filter(pk=campaign.pk).update)(state=Campaign.State.PAUSED)

@@ -19,7 +19,7 @@ from swarm_app.coordinator.leases import lease_message
 from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode
 from swarm_app.coordinator.storage.orm import OrmStore
 from swarm_app.coordinator.storage.postgres import PostgresStore
-from swarm_app.coordinator.storage.records import Store
+from swarm_app.coordinator.storage.records import LeaseOffer, Store
 from swarm_app.coordinator.tokens import create_token
 from tests.coordinator.helpers import G, honest_rollouts
 from worker.shared.campaign import CampaignConfig
@@ -76,10 +76,10 @@ def scenario(store: Store) -> dict[str, Any]:
         rollouts = [Rollout.from_json(r) for r in honest_rollouts(lease, node.node_id, "tiny-1m", mix)]
         ack = {"submission_id": f"sub-{name}", "verified_rewards": [r.rewards for r in rollouts]}
         # The pool's last number once the rollouts are in: the second's.
-        last = store.store_submission(node, view, f"sub-{name}", ack, rollouts, 2)
+        last = store.store_submission(node, lease_id, 0, f"sub-{name}", ack, rollouts, 2, now)
         assert last == PoolRollout.objects.get(rollout_id=rollouts[1].rollout_id).sequence
         # A second claim of the same lease (a racing duplicate) stores nothing.
-        assert store.store_submission(node, view, f"sub-{name}-again", ack, rollouts, 2) is None
+        assert store.store_submission(node, lease_id, 0, f"sub-{name}-again", ack, rollouts, 2, now) is None
         stored[name] = rollouts
         after = store.lease_view(node, 0, now)
         assert after.held is None and after.submitted_ack == ack
@@ -117,6 +117,19 @@ def scenario(store: Store) -> dict[str, Any]:
     row, view = store.record_node_metrics(nodes["a"], 0, {"loss": 0.25}, now)
     assert row is not None and view == store.lease_view(nodes["a"], 1, now)
     seen["report's lease view"] = (view.campaign_state, view.node_state, view.held, view.submitted_ack)
+    # With an offer of round 1's lease: inserted (nothing held, submitted or waiting) and held from
+    # then on; a second offer is not, nor one made for another campaign that had this id.
+    refs = [ref_at(mix, config.seed, 4 + i).to_json() for i in range(2)]
+    offer = LeaseOffer(f"{store.name}-lease-a1", 1, refs, deadline, campaign.created_at)
+    row, view = store.record_node_metrics(nodes["a"], 0, {"loss": 0.25}, now, offer)
+    assert row is not None and view is not None and view.offer_taken and view.held is None
+    assert store.lease_view(nodes["a"], 1, now).held == (offer.lease_id, deadline, refs)
+    again = offer._replace(lease_id=f"{store.name}-lease-a1-again")
+    _, view = store.record_node_metrics(nodes["a"], 0, {"loss": 0.25}, now, again)
+    assert view is not None and not view.offer_taken and view.held == (offer.lease_id, deadline, refs)
+    other = offer._replace(lease_id=f"{store.name}-lease-b1", campaign_created=now - timedelta(days=1))
+    _, view = store.record_node_metrics(nodes["b"], 0, {"loss": 0.25}, now, other)
+    assert view is not None and not view.offer_taken and view.held is None
     seen["report"] = (row.agent.split("-")[-1], row.round, row.reward, row.metrics)
     assert row.reward == pytest.approx(sum(r.mean_reward for r in stored["a"]) / 2)
     assert store.record_node_metrics(nodes["a"], 3, {"loss": 0.5}) == (None, None)
@@ -175,6 +188,7 @@ def test_each_store_keeps_the_contract(db, store):
     assert seen["flushed"] == (1, 0)
     assert seen["leases"] == [
         ("<store>-lease-a", "submitted", "sub-a"),
+        ("<store>-lease-a1", "active", ""),
         ("<store>-lease-b", "submitted", "sub-b"),
     ]
 
@@ -185,3 +199,59 @@ def test_each_store_keeps_the_contract(db, store):
 def test_the_postgresql_statements_do_what_the_orm_does(db):
     orm, postgres = scenario(OrmStore()), scenario(PostgresStore())
     assert postgres == orm
+
+
+@pytest.mark.parametrize("store", STORES, ids=lambda store: store.name)
+def test_a_submission_is_stored_only_where_its_first_checks_pass(db, store):
+    """The write claims the lease only where the checks a read would make pass (a submission of
+    a lease this process issued is stored with no read before it, submissions.py): the node's
+    lease of that round, active, within its deadline, the submission id not used by another of
+    its leases, node and token not banned. Each failing case stores nothing."""
+    config = CampaignConfig(group_size=G, questions_per_round=2, num_local=2, num_external=2, rounds=5)
+    campaign = Campaign.objects.create(
+        name="claims", state=Campaign.State.RUNNING, config=config.validate().to_json()
+    )
+    token, _ = create_token(campaign)
+    node, other = (
+        WorkerNode.objects.create(campaign=campaign, node_id=name, token=token, tier="tiny-1m")
+        for name in ("node-a", "node-b")
+    )
+    now = timezone.now()
+    deadline = now + timedelta(seconds=config.lease_seconds)
+    refs = [ref_at(config.mix, config.seed, i).to_json() for i in range(2)]
+    store.insert_lease(node, 0, "lease-a", refs, now, deadline)
+    store.insert_lease(node, 1, "lease-used", refs, now, deadline)
+    Lease.objects.filter(lease_id="lease-used").update(state=Lease.State.SUBMITTED, submission_id="sub-used")
+    lease = msgspec.to_builtins(lease_message(config.mix, "lease-a", 0, deadline, refs))
+    rollouts = [Rollout.from_json(r) for r in honest_rollouts(lease, "node-a", "tiny-1m", config.mix)]
+    ack = {"submission_id": "sub", "verified_rewards": [r.rewards for r in rollouts]}
+
+    def stored(**change) -> int | None:
+        args = {"node": node, "lease_id": "lease-a", "round": 0, "submission_id": "sub", "now": now} | change
+        return store.store_submission(
+            args["node"],
+            args["lease_id"],
+            args["round"],
+            args["submission_id"],
+            ack,
+            rollouts,
+            2,
+            args["now"],
+        )
+
+    assert stored(node=other) is None  # another node's lease
+    assert stored(round=1) is None  # not the lease of that round
+    assert stored(now=deadline + timedelta(seconds=1)) is None  # past its deadline
+    assert stored(submission_id="sub-used") is None  # the id of another of the node's submissions
+    WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.BANNED)
+    assert stored() is None
+    WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.HEALTHY)
+    token.banned_at = now
+    token.save(update_fields=["banned_at"])
+    assert stored() is None
+    assert not PoolRollout.objects.filter(campaign=campaign).exists()
+    assert Lease.objects.get(lease_id="lease-a").state == Lease.State.ACTIVE
+    token.banned_at = None
+    token.save(update_fields=["banned_at"])
+    assert stored() == 2
+    assert Lease.objects.get(lease_id="lease-a").state == Lease.State.SUBMITTED

@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from swarm_app.coordinator.models import PoolRollout, WorkerNode
 from swarm_app.coordinator.storage import store
@@ -136,13 +137,13 @@ def test_a_racing_duplicate_that_loses_the_claim_earns_nothing(transactional_db,
     lease = msgspec.to_builtins(issue_lease(node, 0))
     records = honest_rollouts(lease, "node-a", "tiny-1m", campaign.settings.mix)
     rollouts = [Rollout.from_json(r) for r in records]
-    view = store().find_leases(node, "s0", lease["lease_id"])[0]
     ack = {"submission_id": "s0", "verified_rewards": [r.rewards for r in rollouts]}
-    assert store().store_submission(node, view, "s0", ack, rollouts, 2) is not None
+    lease_id, now = lease["lease_id"], timezone.now()
+    assert store().store_submission(node, lease_id, 0, "s0", ack, rollouts, 2, now) is not None
     # The loser read the lease as active too; its store claims nothing and counts nothing.
     for r in rollouts:
         r.rollout_id += "-again"
-    assert store().store_submission(node, view, "s0-again", ack, rollouts, 2) is None
+    assert store().store_submission(node, lease_id, 0, "s0-again", ack, rollouts, 2, now) is None
     assert counters("node-a") == (1, 2, 0, 0)
     assert PoolRollout.objects.filter(node=node).count() == 2
 

@@ -13,7 +13,14 @@ from django.db.models import Avg, Exists, F, OuterRef, Q, Subquery
 from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.sql import bump
-from swarm_app.coordinator.storage.records import WAITING, DrawView, LeaseRequestView, LeaseView, pool_record
+from swarm_app.coordinator.storage.records import (
+    WAITING,
+    DrawView,
+    LeaseOffer,
+    LeaseRequestView,
+    LeaseView,
+    pool_record,
+)
 from worker.shared.rollout import Rollout
 
 
@@ -85,7 +92,6 @@ class OrmStore:
                 row.questions,
                 row.submission_id,
                 row.ack,
-                row.campaign_id,
                 row.campaign.settings,
                 state,
             )
@@ -95,20 +101,34 @@ class OrmStore:
     def store_submission(
         self,
         node: WorkerNode,
-        lease: LeaseView,
+        lease_id: str,
+        round: int,
         submission_id: str,
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
+        now: datetime,
     ) -> int | None:
         with transaction.atomic():
-            # Claim the lease only if it is still active: the UPDATE locks the row, so of two
-            # racing connections of this node exactly one claims it; the other sees 0 rows.
-            claimed = Lease.objects.filter(pk=lease.pk, state=Lease.State.ACTIVE).update(
-                state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack
+            # Claim the lease only where the submission's first checks pass (Store's docstring):
+            # the UPDATE locks the row, so of two racing connections of this node exactly one
+            # claims it; the other sees 0 rows.
+            used = Lease.objects.filter(node_id=node.pk, submission_id=submission_id).exclude(
+                submission_id=""
             )
-            if not claimed:
+            banned = WorkerNode.objects.filter(pk=node.pk).filter(
+                Q(state=WorkerNode.State.BANNED) | Q(token__banned_at__isnull=False)
+            )
+            lease = Lease.objects.filter(
+                lease_id=lease_id, node_id=node.pk, round=round, state=Lease.State.ACTIVE, deadline__gte=now
+            )
+            if (
+                used.exists()
+                or banned.exists()
+                or not lease.update(state=Lease.State.SUBMITTED, submission_id=submission_id, ack=ack)
+            ):
                 return None
+            lease_pk = Lease.objects.values_list("pk", flat=True).get(lease_id=lease_id)
             # The node's round and verified groups, and its next draw's allowance; a banned node's
             # counters stay as they were (its submissions are refused before this anyway).
             counted = (
@@ -122,18 +142,18 @@ class OrmStore:
             )
             if counted:  # its credit row (NodeCredit), made once
                 NodeCredit.objects.get_or_create(node_id=node.pk)
-            last = bump(Campaign, lease.campaign_pk, "rollout_sequence", len(rollouts))
+            last = bump(Campaign, node.campaign_id, "rollout_sequence", len(rollouts))
             PoolRollout.objects.bulk_create(
                 [
                     PoolRollout(
-                        campaign_id=lease.campaign_pk,
+                        campaign_id=node.campaign_id,
                         sequence=last - len(rollouts) + 1 + offset,
                         rollout_id=rollout.rollout_id,
                         node_id=node.pk,
-                        lease_id=lease.pk,
+                        lease_id=lease_pk,
                         tier=node.tier,
                         replicate=node.replicate,
-                        round=lease.round,
+                        round=round,
                         task=rollout.ref.task,
                         question_seed=rollout.ref.seed,
                         question_index=rollout.ref.index,
@@ -191,11 +211,23 @@ class OrmStore:
         return updated
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+        self,
+        node: WorkerNode,
+        round: int,
+        metrics: dict[str, Any],
+        next_lease_at: datetime | None = None,
+        offer: LeaseOffer | None = None,
     ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         with transaction.atomic():
             row = _record_node_metrics(node, round, metrics)
-        view = self.lease_view(node, round + 1, next_lease_at) if next_lease_at is not None else None
+            if next_lease_at is None:
+                return row, None
+            view = self.lease_view(node, round + 1, next_lease_at)
+            if row is not None and offer is not None and offer.stands(view):
+                self.insert_lease(
+                    node, offer.round, offer.lease_id, offer.refs, next_lease_at, offer.deadline
+                )
+                view.offer_taken = True
         return row, view
 
 

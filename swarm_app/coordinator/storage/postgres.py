@@ -10,7 +10,13 @@ from typing import Any
 from swarm_app.campaigns.models import Arm, RoundMetrics, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import WorkerNode
-from swarm_app.coordinator.storage.records import DrawView, LeaseRequestView, LeaseView, pool_record
+from swarm_app.coordinator.storage.records import (
+    DrawView,
+    LeaseOffer,
+    LeaseRequestView,
+    LeaseView,
+    pool_record,
+)
 from worker.shared.rollout import Rollout
 
 
@@ -55,9 +61,8 @@ class PostgresStore:
                 sql.from_json_text(row[6]),
                 row[7],
                 sql.from_json_text(row[8]) if row[8] is not None else None,
-                row[9],
-                settings_from_text(row[11]),
-                row[12],
+                settings_from_text(row[9]),
+                row[10],
             )
             for row in rows
         ]
@@ -65,23 +70,26 @@ class PostgresStore:
     def store_submission(
         self,
         node: WorkerNode,
-        lease: LeaseView,
+        lease_id: str,
+        round: int,
         submission_id: str,
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
+        now: datetime,
     ) -> int | None:
         ((last, stored),) = sql.fetch(
             sql.STORE_SUBMISSION,
             {
                 "submission_id": submission_id,
                 "ack": sql.json_text(ack),
-                "lease": lease.pk,
+                "lease_id": lease_id,
                 "node": node.pk,
-                "campaign": lease.campaign_pk,
+                "campaign": node.campaign_id,
                 "tier": node.tier,
                 "replicate": node.replicate,
-                "round": lease.round,
+                "round": round,
+                "now": now,
                 "groups": len(rollouts),
                 "allowance": allowance,
                 "rows": sql.json_text(
@@ -138,7 +146,12 @@ class PostgresStore:
         return sql.execute(sql.FLUSH_SEEN, {"ids": ids, "seen": stamps}, prepare=False)
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+        self,
+        node: WorkerNode,
+        round: int,
+        metrics: dict[str, Any],
+        next_lease_at: datetime | None = None,
+        offer: LeaseOffer | None = None,
     ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         agent = f"node:{node.node_id}"
         params = {
@@ -153,11 +166,20 @@ class PostgresStore:
             ((verified, row_id),) = sql.fetch(sql.RECORD_NODE_METRICS, params)
             view = None
         else:
-            ((verified, row_id, *lease),) = sql.fetch(
-                sql.RECORD_NODE_METRICS_AND_LEASE_VIEW,
-                {**params, "lease_round": round + 1, "now": next_lease_at},
+            ((verified, row_id, *lease, offer_taken),) = sql.fetch(
+                sql.RECORD_NODE_METRICS_AND_LEASE,
+                {
+                    **params,
+                    "lease_round": round + 1,
+                    "now": next_lease_at,
+                    "lease_id": offer.lease_id if offer else None,
+                    "questions": sql.json_text(offer.refs) if offer else None,
+                    "deadline": offer.deadline if offer else None,
+                    "created": offer.campaign_created if offer else None,
+                },
             )
             view = _lease_request_view(lease, next_lease_at)
+            view.offer_taken = offer_taken
         if verified is None:
             return None, view
         row = RoundMetrics(

@@ -38,6 +38,33 @@ class LeaseRequestView:
     held: tuple[str, datetime, list[dict[str, Any]]] | None  # lease_id, deadline, refs
     submitted_ack: dict[str, Any] | None  # the ack of this node's submission for the round
     any_waiting: bool
+    offer_taken: bool = False  # the LeaseOffer read with it was inserted (Store.record_node_metrics)
+
+
+class LeaseOffer(NamedTuple):
+    """A new lease for ``round`` that the read of a lease request may insert in the same
+    statement, when the request is the common one (sql.RECORD_NODE_METRICS_AND_LEASE says which):
+    made by leases.offer_lease from what this process read of the campaign (created at
+    ``campaign_created``) before."""
+
+    lease_id: str
+    round: int
+    refs: list[dict[str, Any]]
+    deadline: datetime
+    campaign_created: datetime
+
+    def stands(self, view: LeaseRequestView) -> bool:
+        """Whether ``view`` (of this offer's round) is the common case, in which the offer is
+        what leases.issue_lease would insert."""
+        return (
+            view.campaign_state == "running"
+            and view.campaign_created == self.campaign_created
+            and view.node_state != "banned"
+            and not view.token_revoked
+            and view.held is None
+            and view.submitted_ack is None
+            and not view.any_waiting
+        )
 
 
 @dataclass
@@ -53,7 +80,6 @@ class LeaseView:
     questions: list[dict[str, Any]]
     submission_id: str
     ack: dict[str, Any] | None
-    campaign_pk: int
     config: CampaignConfig
     node_state: str
 
@@ -115,15 +141,19 @@ class Store(Protocol):
     def store_submission(
         self,
         node: WorkerNode,
-        lease: LeaseView,
+        lease_id: str,
+        round: int,
         submission_id: str,
         ack: dict[str, Any],
         rollouts: list[Rollout],
         allowance: int,
+        now: datetime,
     ) -> int | None:
         """Claim the lease, count the node's round, verified groups and next draw's allowance,
         and put the rollouts in the pool, all or nothing; the pool's last sequence number once
-        they are in it, or None if the lease was not active."""
+        they are in it, or None when the lease could not be claimed: it is claimed only if it is
+        the node's lease for ``round``, active and within its deadline as of ``now``, no other
+        lease of the node carries ``submission_id``, and neither the node nor its token is banned."""
         ...
 
     def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
@@ -148,10 +178,17 @@ class Store(Protocol):
         ...
 
     def record_node_metrics(
-        self, node: WorkerNode, round: int, metrics: dict[str, Any], next_lease_at: datetime | None = None
+        self,
+        node: WorkerNode,
+        round: int,
+        metrics: dict[str, Any],
+        next_lease_at: datetime | None = None,
+        offer: LeaseOffer | None = None,
     ) -> tuple[RoundMetrics | None, LeaseRequestView | None]:
         """Store the node's report for ``round`` under its verified reward (the mean of its
         rollouts of the round in the pool) and advance the node's round (the row: None when the
         node has no verified rollout in that round); with ``next_lease_at``, also read
-        :meth:`lease_view` of round + 1 as of then (None without)."""
+        :meth:`lease_view` of round + 1 as of then (None without), and insert ``offer`` (a lease
+        for round + 1) when the report was stored and the offer :meth:`LeaseOffer.stands`
+        (``offer_taken``)."""
         ...
