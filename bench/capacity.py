@@ -421,6 +421,11 @@ def run(
             f"connected={100 * echo_connected / volunteers:.1f}% server_ms_per_round={echo_ms:.2f} "
             f"floor_ratio_max={result['floor_ratio_max']:.2f} server_per_echo={result['server_per_echo']:.2f}"
         )
+        per_echo_round = 1000 / max(1, len(echo_rounds))
+        print(
+            f"  echo's server CPU per round: daphne {echo_spent['daphne'] * per_echo_round:.2f} ms, postgres "
+            f"{echo_spent['postgres'] * per_echo_round:.2f} ms (PostgreSQL's is background work only)"
+        )
         print(
             "  the same pace and frame sizes ("
             + ", ".join(f"{k} {v} B" for k, v in sizes.items())

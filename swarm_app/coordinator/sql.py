@@ -11,7 +11,8 @@ nothing is escaped in Python):
 * :data:`LEASE_VIEW`: one read for a lease request: the campaign, the node's state, the lease
   the node already holds for the round (a reconnect) and whether any lease waits to be reissued.
 * :data:`SUBMISSION_VIEW`: one read for a submission: the lease, its campaign, the node's state,
-  and any lease of this node that already carries the submission id (a replay).
+  and any lease of this node that already carries the submission id (a replay). Not needed for
+  a lease this process issued (submissions.py).
 * :data:`SAMPLE_VIEW`, :data:`DRAW_RECORDS`: a pool draw: what it is decided on (known already
   when the draw follows the node's submission), then the first qualifying rollouts among a few
   of the window's numbers, with the drawn groups' nodes' credit.
@@ -19,8 +20,12 @@ nothing is escaped in Python):
   :data:`RECORD_NODE_METRICS_AND_LEASE`: the same, LEASE_VIEW for the next round and, in the
   common case, that round's new lease.
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
-  transaction): claim the lease if it is still active, count the node's submission, take the
-  pool's sequence numbers from the campaign's counter and insert the rollouts under them.
+  transaction): claim the lease where the submission's first checks pass, count the node's
+  submission, take the pool's sequence numbers from the campaign's counter and insert the
+  rollouts under them.
+
+A protocol-2 round is three statements: STORE_SUBMISSION, DRAW_RECORDS (one chunk, mostly) and
+RECORD_NODE_METRICS_AND_LEASE.
 
 Other databases (SQLite, the embedded mode) run the ORM versions (storage/orm.py), which do
 the same in a transaction; the tests run both.
