@@ -135,10 +135,15 @@ def offer_lease(node: WorkerNode, round: int, now: datetime) -> LeaseOffer | Non
     created, config = read
     if round >= config.rounds:
         return None
-    positions = POSITIONS.take(node.campaign_id, created, config.questions_per_round)
-    refs = [ref_at(config.mix, config.seed, position).to_json() for position in positions]
+    refs = _fresh_refs(node.campaign_id, created, config)
     deadline = now + timedelta(seconds=config.lease_seconds)
     return LeaseOffer(uuid.uuid4().hex, round, refs, deadline, created)
+
+
+def _fresh_refs(campaign_id: int, campaign_created: datetime, config: CampaignConfig) -> list[dict[str, Any]]:
+    """A new lease's questions: the next positions of the campaign's stream (POSITIONS)."""
+    positions = POSITIONS.take(campaign_id, campaign_created, config.questions_per_round)
+    return [ref_at(config.mix, config.seed, position).to_json() for position in positions]
 
 
 def expire_overdue(campaign_id: int | None = None) -> int:
@@ -209,8 +214,7 @@ def issue_lease(
         refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
             return _issued(node, config, lease_id, round, deadline, refs)
-    positions = POSITIONS.take(node.campaign_id, view.campaign_created, config.questions_per_round)
-    refs = [ref_at(config.mix, config.seed, position).to_json() for position in positions]
+    refs = _fresh_refs(node.campaign_id, view.campaign_created, config)
     store().insert_lease(node, round, lease_id, refs, now, deadline)
     return _issued(node, config, lease_id, round, deadline, refs)
 
