@@ -43,3 +43,8 @@ application = ProtocolTypeRouter(
         "websocket": URLRouter([*machine_routes, path("", browser_app)]),
     }
 )
+
+# Loaded: what exists now is frozen out of the cyclic collector's reach (swarm_app/core/collector.py).
+from swarm_app.core.collector import settle_for_serving  # noqa: E402
+
+settle_for_serving()

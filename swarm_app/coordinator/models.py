@@ -8,6 +8,25 @@ from django.db import models
 from swarm_app.campaigns.models import Campaign
 
 
+class JSONTextField(models.JSONField):
+    """A JSONField stored as ``json`` on PostgreSQL: the text as written, not ``jsonb``'s tree.
+
+    For a column written and read whole, never searched inside (the pool's records): PostgreSQL
+    then neither parses a record into jsonb's binary form on insert nor prints it back on every
+    draw (about a tenth of its CPU per round at 1,000 volunteers, perf, docs/coordinator-bench.md).
+    Elsewhere (SQLite) it is the plain JSONField. psycopg parses ``json`` itself (Django
+    registers its text loader for ``jsonb`` only), so a value read may already be decoded.
+    """
+
+    def db_type(self, connection):  # type: ignore[no-untyped-def]
+        return "json" if connection.vendor == "postgresql" else super().db_type(connection)
+
+    def from_db_value(self, value, expression, connection):  # type: ignore[no-untyped-def]
+        if value is not None and not isinstance(value, str):
+            return value
+        return super().from_db_value(value, expression, connection)
+
+
 class WorkerToken(models.Model):
     """A secret a volunteer's worker presents at hello. Only its SHA-256 is stored.
 
@@ -181,18 +200,29 @@ class PoolRollout(models.Model):
     # campaign. With a plain campaign index (or another index leading with it) the planner, on a
     # table never analyzed, probed the pool with it and a filter, walking the campaign's every
     # rollout for each number of the window (then sql.SAMPLE_CANDIDATES; now sql.DRAW_RECORDS).
-    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts", db_index=False)
+    #
+    # No foreign-key constraints in the database (db_constraint=False): the table is append-only,
+    # and its one writer per store (sql.STORE_SUBMISSION; the ORM store's transaction) takes each
+    # row's campaign, node and lease from the rows it has just updated, and locked, in the same
+    # statement or transaction. The constraints' checks only repeated that, for each of a
+    # submission's 8 rows at its commit (8% of PostgreSQL's CPU per round, perf). Deletes go
+    # through Django, whose collector cascades to the pool as before.
+    campaign = models.ForeignKey(
+        Campaign, on_delete=models.CASCADE, related_name="rollouts", db_index=False, db_constraint=False
+    )
     sequence = models.BigIntegerField(help_text="per-campaign order of arrival")
     rollout_id = models.CharField(max_length=64)
-    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="rollouts")
-    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="rollouts")
+    node = models.ForeignKey(
+        WorkerNode, on_delete=models.CASCADE, related_name="rollouts", db_constraint=False
+    )
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="rollouts", db_constraint=False)
     tier = models.CharField(max_length=64)
     replicate = models.PositiveSmallIntegerField(default=0, help_text="its node's swarm: whose pool it is in")
     round = models.IntegerField()
     task = models.CharField(max_length=64)
     question_seed = models.BigIntegerField()
     question_index = models.BigIntegerField()
-    record = models.JSONField(help_text="the Rollout record with verified rewards and advantages")
+    record = JSONTextField(help_text="the Rollout record with verified rewards and advantages")
     mean_reward = models.FloatField()
     zero_advantage = models.BooleanField()
     in_pool = models.BooleanField(default=True, help_text="False once its node is banned")

@@ -186,7 +186,9 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
 # process issued is stored on that alone (no read before it); the others were read and checked
 # first, and a claim that fails then was lost to a race (a racing connection, an expiry). The rows arrive
 # as one JSON array (one parameter, sent as it is) rather than as arrays of columns, whose text
-# form psycopg would escape in Python, element by element: 36 KB per submission.
+# form psycopg would escape in Python, element by element: 36 KB per submission. As ``json``, not
+# ``jsonb``: each record is kept as the text sent (the column is json, models.JSONTextField), and
+# nothing is parsed into jsonb's tree to be printed back at every draw.
 # The sequence numbers are taken here, from the campaign's counter ("numbered"), so that the
 # campaign row is locked until this statement commits; taken in a statement of their own they
 # cost a round trip and a commit more per round (docs/coordinator-bench.md). The campaign row's
@@ -230,8 +232,8 @@ WITH claimed AS (
            %(tier)s, %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward,
            r.zero_advantage, true, now()
     FROM claimed, numbered,
-         jsonb_to_recordset(%(rows)s::jsonb)
-             AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record jsonb,
+         json_to_recordset(%(rows)s::json)
+             AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record json,
                   mean_reward float8, zero_advantage bool)
     RETURNING 1
 )
