@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,22 @@ from tests.servers import asgi_server
 # Tests run servers, Celery workers and worker processes beside this one on 2 cores; several
 # processes with 2 torch threads each run up to 8x slower than with one (measured).
 torch.set_num_threads(int(os.environ.get("SWARM_TEST_TORCH_THREADS", "1")))
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup) -> Iterator[None]:
+    """pytest-django's test database; before it is dropped, the connections that this process's
+    other threads hold are closed: asgiref's thread that runs tests' ``sync_to_async`` calls, and
+    the coordinator's database threads (swarm_app/coordinator/database.py). Left open, the drop
+    failed ("is being accessed by other users") and the database stayed."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from swarm_app.coordinator.database import release_held_connections
+
+    asyncio.run(sync_to_async(connections.close_all)())
+    release_held_connections()
 
 
 @pytest.fixture
