@@ -1,7 +1,9 @@
 """The pool's records as ``json`` on PostgreSQL, and its rows without foreign-key constraints.
 
 See models.PoolRollout and models.JSONTextField for why. Changing the column's type rewrites it
-and resets its compression to the server's default, so lz4 is set again (migration 0011's step).
+and resets its compression to the server's default, so lz4 is set again (migration 0011's step),
+after the change and, going back to 0011, after the change back to jsonb (the first operation,
+which is the last one run backwards).
 """
 
 import importlib
@@ -22,6 +24,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(migrations.RunPython.noop, lz4.records_in_lz4),
         migrations.AlterField(
             model_name='poolrollout',
             name='campaign',
