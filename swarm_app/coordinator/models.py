@@ -84,7 +84,8 @@ class WorkerNode(models.Model):
         BANNED = "banned"  # too many false rewards; its rollouts left the pool
 
     node_id = models.CharField(max_length=64, help_text="chosen by the worker, kept on its disk")
-    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="nodes")
+    # No index of its own: one_node_per_campaign leads with the campaign.
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="nodes", db_index=False)
     # RESTRICT: a token cannot be deleted while its nodes exist, but deleting the campaign deletes both.
     token = models.ForeignKey(WorkerToken, on_delete=models.RESTRICT, related_name="nodes")
     tier = models.CharField(max_length=64)
@@ -115,7 +116,10 @@ class WorkerNode(models.Model):
     # disconnected, so a node that moved to another server before its old connection was
     # noticed closed stays connected (docs/deploy.md, several servers).
     connection_id = models.CharField(max_length=32, blank=True)
-    last_seen = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Not indexed: the presence flush (presence.py) writes it for every connected node every few
+    # seconds, and an index on it made each of those writes a new row version in every index of
+    # the table (no HOT update). Its readers are the liveness beat (by state first) and a form.
+    last_seen = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -155,7 +159,9 @@ class Lease(models.Model):
 
     lease_id = models.CharField(max_length=32, unique=True)
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="leases")
-    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="leases")
+    # No index of its own: lease_by_node_round leads with the node (a lease is written twice a
+    # round, and every index is written each time).
+    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="leases", db_index=False)
     round = models.IntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     questions = models.JSONField(help_text="[QuestionRef] as issued")
@@ -212,8 +218,10 @@ class PoolRollout(models.Model):
     )
     sequence = models.BigIntegerField(help_text="per-campaign order of arrival")
     rollout_id = models.CharField(max_length=64)
+    # No index of its own: rollout_by_node_round leads with the node (8 rows a round, every index
+    # written for each).
     node = models.ForeignKey(
-        WorkerNode, on_delete=models.CASCADE, related_name="rollouts", db_constraint=False
+        WorkerNode, on_delete=models.CASCADE, related_name="rollouts", db_index=False, db_constraint=False
     )
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="rollouts", db_constraint=False)
     tier = models.CharField(max_length=64)
