@@ -15,6 +15,15 @@ from tests.servers import asgi_server
 torch.set_num_threads(int(os.environ.get("SWARM_TEST_TORCH_THREADS", "1")))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hashes() -> None:
+    """Users made and passwords checked in this process hash with tests/hashers.py's cheap PBKDF2
+    (the same format, which the servers' own hasher verifies), for the whole session."""
+    from django.test import override_settings
+
+    override_settings(PASSWORD_HASHERS=["tests.hashers.QuickPBKDF2PasswordHasher"]).enable()
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup) -> Iterator[None]:
     """pytest-django's test database; before it is dropped, the connections that this process's

@@ -2,7 +2,7 @@
 both logins (the site's and the admin's) for a window, across every daphne process.
 
 The default limit (LOGIN_FAILURE_LIMIT=50) is tested as shipped on the site login; the other
-tests set a smaller limit to spend fewer password hashes (0.2 s each). Windows are short and
+tests set a smaller limit to stay short. Windows are short and
 real: the tests wait them out instead of editing the attempt store.
 """
 
@@ -26,7 +26,7 @@ from django.urls import reverse
 from tests.servers import asgi_server
 
 PASSWORD = "pw-organizer-1"
-WINDOW = 5.0  # seconds: several password hashes, so failures in a row stay inside it
+WINDOW = 5.0  # seconds: long enough that failures in a row stay inside it
 
 
 @pytest.fixture
