@@ -2,8 +2,8 @@
 both logins (the site's and the admin's) for a window, across every daphne process.
 
 The default limit (LOGIN_FAILURE_LIMIT=50) is tested as shipped on the site login; the other
-tests set a smaller limit to stay short. Windows are short and
-real: the tests wait them out instead of editing the attempt store.
+tests set a smaller limit and need fewer attempts. Windows are short and real: the tests wait
+them out instead of editing the attempt store.
 """
 
 from __future__ import annotations
