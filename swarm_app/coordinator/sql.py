@@ -184,11 +184,15 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
 # claim: the node's lease of that round, active and within its deadline, the submission id not
 # used by another of the node's leases, node and token not banned. A submission of a lease this
 # process issued is stored on that alone (no read before it); the others were read and checked
-# first, and a claim that fails then was lost to a race (a racing connection, an expiry). The rows arrive
-# as one JSON array (one parameter, sent as it is) rather than as arrays of columns, whose text
-# form psycopg would escape in Python, element by element: 36 KB per submission. As ``json``, not
-# ``jsonb``: each record is kept as the text sent (the column is json, models.JSONTextField), and
-# nothing is parsed into jsonb's tree to be printed back at every draw.
+# first, and a claim that fails then was lost to a race (a racing connection, an expiry). The
+# records (36 KB per submission) arrive as an array of texts in binary form (``%(records)b``: each
+# element sent as it is, length-prefixed; the text form of an array would be escaped in Python,
+# element by element), zipped in order with one small JSON array of the other columns. Sent
+# inside that JSON, as before, the records were parsed three times by PostgreSQL (the ``::json``
+# cast, json_to_recordset, each record's json input): 0.2-0.3 ms of its CPU a round, against one
+# parse now, each record's json input (docs/coordinator-bench.md). As ``json``, not ``jsonb``:
+# each record is kept as the text sent (the column is json, models.JSONTextField), and nothing is
+# parsed into jsonb's tree to be printed back at every draw.
 # The sequence numbers are taken here, from the campaign's counter ("numbered"), so that the
 # campaign row is locked until this statement commits; taken in a statement of their own they
 # cost a round trip and a commit more per round (docs/coordinator-bench.md). The campaign row's
@@ -229,12 +233,15 @@ WITH claimed AS (
                                          replicate, round, task, question_seed, question_index, record,
                                          mean_reward, zero_advantage, in_pool, created_at)
     SELECT %(campaign)s, numbered.last - %(groups)s + r.position, r.rollout_id, %(node)s, claimed.id,
-           %(tier)s, %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record, r.mean_reward,
+           %(tier)s, %(replicate)s, %(round)s, r.task, r.seed, r.index, r.record::json, r.mean_reward,
            r.zero_advantage, true, now()
     FROM claimed, numbered,
-         json_to_recordset(%(rows)s::json)
-             AS r(position bigint, rollout_id text, task text, seed bigint, index bigint, record json,
-                  mean_reward float8, zero_advantage bool)
+         ROWS FROM (
+             json_to_recordset(%(rows)s::json)
+                 AS (rollout_id text, task text, seed bigint, index bigint, mean_reward float8,
+                     zero_advantage bool),
+             unnest(%(records)b::text[])
+         ) WITH ORDINALITY AS r(rollout_id, task, seed, index, mean_reward, zero_advantage, record, position)
     RETURNING 1
 )
 SELECT (SELECT last FROM numbered), (SELECT count(*) FROM stored)

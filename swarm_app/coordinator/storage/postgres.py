@@ -95,18 +95,17 @@ class PostgresStore:
                 "rows": sql.json_text(
                     [
                         {
-                            "position": position,  # 1, 2, ...: offset into the allocated range
                             "rollout_id": r.rollout_id,
                             "task": r.ref.task,
                             "seed": r.ref.seed,
                             "index": r.ref.index,
-                            "record": pool_record(r),
                             "mean_reward": r.mean_reward,
                             "zero_advantage": r.zero_advantage,
                         }
-                        for position, r in enumerate(rollouts, start=1)
+                        for r in rollouts
                     ]
                 ),
+                "records": [sql.json_text(pool_record(r)) for r in rollouts],
             },
         )
         return last if stored == len(rollouts) else None
