@@ -15,6 +15,7 @@ the setting. The campaign form and the command line build their fields from the 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -71,7 +72,7 @@ SAPO_QUESTIONS_PER_ROUND = 8  # the paper's (and the study's) B: arms at another
 POOL_RETENTIONS = ("archive", "delete")
 
 
-class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, dict=True):
     """Every campaign setting, declared once: its type, bounds, default, title and help text
     (the campaign form's fields and swarm-worker campaign-config's flags are built from them)."""
 
@@ -276,8 +277,12 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         if isinstance(self.controls, dict):  # built in Python from a settings dict: unchecked
             self.controls = ControlsConfig(**self.controls)  # until problems(), like the rest
 
-    @property
+    @cached_property
     def mix(self) -> TaskMix:
+        """``tasks`` as a TaskMix, built once per config (``dict=True`` gives the struct the
+        ``__dict__`` this cache lives in; settings are never changed once decoded). Built on every
+        access, it cost a coordinator a mix and a canonical JSON of each task's settings per
+        question issued or re-scored: 16 a round (docs/coordinator-bench.md)."""
         return TaskMix.from_json(self.tasks)
 
     def grpo_config(self, tier_name: str) -> GRPOConfig:
