@@ -91,11 +91,15 @@ ADMISSION = Admission()
 def submit_and_draw(
     node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Any]
 ) -> tuple[submissions.Submitted, list[dict[str, Any]]]:
-    """Store the submission, then the round's draw of J_r external groups (pool.py), decided on
-    what the submission read and stored: no read of its own."""
-    stored = submissions.submit(node, submission_id, lease_id, rollouts)
-    view = DrawView(stored.config, stored.pool_last, node.tier, node.replicate)
-    return stored, pool.sample_external(node.campaign_id, node.pk, stored.external_count(), view=view)
+    """Store the submission with the round's draw of J_r external groups (pool.py): its first
+    chunk in the submission's own statement, and the rest, where that gave fewer than J_r, below
+    the same last number of the pool: no read of its own."""
+    stored = submissions.submit(node, submission_id, lease_id, rollouts, draw=True)
+    view = DrawView(stored.config, stored.pool_before, node.tier, node.replicate)
+    count = stored.external_count()
+    return stored, pool.sample_external(
+        node.campaign_id, node.pk, count, view=view, order=stored.order, drawn=stored.drawn
+    )
 
 
 def report_and_lease(

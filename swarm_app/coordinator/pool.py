@@ -10,8 +10,9 @@ looks only at the most recent ``pool_window`` of them:
 The window counts the campaign's rollouts, so a node of one of R swarms (replicates) sees about
 window / R of them: the same span of rounds as with one swarm, its own swarm's part of it.
 
-How: the window's numbers are visited in a uniformly random order (:func:`shuffled`), a few
-at a time (:func:`chunks`: 4J at first, at least 16, then twice as many each time), and the
+How: the window's numbers are visited in a uniformly random order (:class:`DrawOrder`: the
+offsets 0 .. window - 1 below ``last`` shuffled, :func:`shuffled`, numbers under 1 left out), a
+few at a time (:func:`chunks`: 4J at first, at least 16, then twice as many each time), and the
 first J numbers whose rollout is a candidate are drawn. The first J candidates of a uniformly
 random order of the window are a uniform sample of the candidates without replacement, so
 this is the draw above; it looks at about J / (share of candidates in the window) numbers
@@ -22,9 +23,12 @@ so that the index is used even for a campaign the table's statistics do not know
 fewer than J qualify, all of them are returned and the worker counts the shortfall
 (worker/shared/sampling.py).
 
-A draw that follows the node's own submission (protocol 2's submit_ack) is decided on what the
-submission read and stored: the campaign's settings and the pool's last number just after its
-rollouts went in (consumers.submit_and_draw); otherwise on one read (Store.draw_view).
+A draw that follows the node's own submission (protocol 2's submit_ack) visits its first chunk
+in the submission's own statement (Store.store_submission), below the pool's last number as that
+statement reads it (before the submission's rollouts, which are the node's own and never
+drawn): one statement and one commit a round fewer (docs/coordinator-bench.md). Where the first
+chunk gives fewer than J, the draw goes on from there (consumers.submit_and_draw). Otherwise a
+draw is decided on one read (Store.draw_view).
 
 Each draw credits the nodes whose groups it gave (their ``groups_drawn`` and, for a group with a
 non-zero advantage, ``groups_drawn_informative``; docs/volunteers.md), in the statement or
@@ -68,6 +72,32 @@ def chunks(numbers: Iterator[int], count: int) -> Iterator[list[int]]:
         size *= 2
 
 
+class DrawOrder:
+    """The order in which a draw of ``count`` visits a window of ``window`` numbers: offsets
+    0 .. window - 1 below the pool's last number (number = last - offset) in a uniformly random
+    order, in :func:`chunks`. Offsets rather than numbers, so that the first chunk can be chosen
+    before ``last`` is known (the statement that stores a submission reads it)."""
+
+    def __init__(self, window: int, count: int, rng: random.Random | None = None) -> None:
+        self._chunks = chunks(shuffled(0, window - 1, rng or _rng), count)
+
+    def next_offsets(self) -> list[int]:
+        """The next chunk of offsets, or [] once the window is visited."""
+        return next(self._chunks, [])
+
+    def numbers(self, last: int) -> Iterator[list[int]]:
+        """The chunks not visited yet, as the numbers they are below ``last`` (those under 1,
+        beyond a pool shorter than the window, left out)."""
+        for offsets in self._chunks:
+            if numbers := [last - offset for offset in offsets if offset < last]:
+                yield numbers
+
+
+def nonzero_only(strategy: str) -> bool:
+    """Whether a draw by this external strategy leaves out zero-advantage groups."""
+    return check_strategy(strategy) == "nonzero_advantage"
+
+
 def sample_external(
     campaign_id: int,
     node_pk: int,
@@ -75,18 +105,22 @@ def sample_external(
     strategy: str | None = None,
     rng: random.Random | None = None,
     view: DrawView | None = None,
+    order: DrawOrder | None = None,
+    drawn: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Up to ``count`` rollout records (verified) for node ``node_pk``; see the module docstring.
-    ``strategy`` None: the campaign's external strategy; ``view`` None: read it."""
-    if count <= 0:
-        return []
+    ``strategy`` None: the campaign's external strategy; ``view`` None: read it. A draw whose
+    first chunk was visited already (Store.store_submission) goes on with its ``order`` and the
+    records ``drawn`` from it."""
+    drawn = list(drawn or [])
+    if len(drawn) >= count:
+        return drawn
     storage = store()
     view = view or storage.draw_view(campaign_id, node_pk)
-    nonzero_only = check_strategy(strategy or view.config.external_strategy) == "nonzero_advantage"
-    first = max(1, view.last - view.config.pool_window + 1)
-    drawn: list[dict[str, Any]] = []
-    for chunk in chunks(shuffled(first, view.last, rng or _rng), count):
-        drawn += storage.draw_at(campaign_id, node_pk, view, nonzero_only, chunk, count - len(drawn))
+    informative = nonzero_only(strategy or view.config.external_strategy)
+    order = order or DrawOrder(view.config.pool_window, count, rng)
+    for numbers in order.numbers(view.last):
+        drawn += storage.draw_at(campaign_id, node_pk, view, informative, numbers, count - len(drawn))
         if len(drawn) == count:
             break
     return drawn

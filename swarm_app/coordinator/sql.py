@@ -22,9 +22,10 @@ nothing is escaped in Python):
 * :data:`STORE_SUBMISSION`: the whole write of an accepted submission as one statement (its own
   transaction): claim the lease where the submission's first checks pass, count the node's
   submission, take the pool's sequence numbers from the campaign's counter and insert the
-  rollouts under them.
+  rollouts under them; and the first chunk of the draw that follows it, with its credit.
 
-A protocol-2 round is three statements: STORE_SUBMISSION, DRAW_RECORDS (one chunk, mostly) and
+A protocol-2 round is two statements: STORE_SUBMISSION, with the first chunk of the round's draw
+(DRAW_RECORDS only for the rest, where that chunk gave fewer than J: a young pool), and
 RECORD_NODE_METRICS_AND_LEASE.
 
 Other databases (SQLite, the embedded mode) run the ORM versions (storage/orm.py), which do
@@ -178,9 +179,10 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
         %(deadline)s, NULL, '', NULL)
 """
 
-# One row: the pool's last sequence number and the number of rollouts stored, len(rollouts), or
-# (NULL, 0) when the lease could not be claimed: then nothing is written, and no sequence number
-# is taken. It is claimed only where a submission's first checks (submissions.py) pass as of the
+# Rows of the pool's last sequence number, the number of rollouts stored, len(rollouts), the last
+# number before them and a record of the draw's first chunk (one row per record drawn, in the
+# order drawn; one row with a NULL record when none is); (NULL, 0, ...) when the lease could not
+# be claimed: then nothing is written or drawn, and no sequence number is taken. It is claimed only where a submission's first checks (submissions.py) pass as of the
 # claim: the node's lease of that round, active and within its deadline, the submission id not
 # used by another of the node's leases, node and token not banned. A submission of a lease this
 # process issued is stored on that alone (no read before it); the others were read and checked
@@ -199,6 +201,14 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
 # other writers are rare (an organizer's action, the lease positions' blocks, a new node's first
 # hello with several replicates), and none of them waits, while holding it, for a row this
 # statement locks first (the lease, or a node that holds a lease), so no deadlock.
+# The draw that follows the submission (protocol 2's submit_ack) visits its first chunk here
+# ("chosen" .. "updated": DRAW_RECORDS' steps), below the pool's last number as this statement's
+# snapshot reads it ("pool": before the submission's own rollouts, which the node never draws),
+# with the node's allowance known: the draw_allowance this statement sets is what J leaves after
+# the chunk. A draw in a statement of its own cost a round trip, an executor start and a commit
+# more per round (docs/coordinator-bench.md). Its locks come last: the drawn groups' credit rows
+# ("locked", in node order) after the campaign's row ("drawn" reads "numbered"), and nothing that
+# holds credit rows waits for a node's or a campaign's row, as DRAW_RECORDS says.
 STORE_SUBMISSION = """
 WITH claimed AS (
     UPDATE coordinator_lease l SET state = 'submitted', submission_id = %(submission_id)s,
@@ -210,10 +220,27 @@ WITH claimed AS (
       AND NOT EXISTS (SELECT 1 FROM coordinator_workernode n JOIN coordinator_workertoken t ON t.id = n.token_id
                       WHERE n.id = %(node)s AND (n.state = 'banned' OR t.banned_at IS NOT NULL))
     RETURNING l.id
+), pool AS (
+    -- The pool's last number as this statement reads it: before this submission's rollouts.
+    SELECT rollout_sequence AS last FROM campaigns_campaign WHERE id = %(campaign)s
+), chosen AS (
+    -- The draw's first chunk (pool.DrawOrder): the first "count" rollouts at these offsets below
+    -- pool.last, in their order, that the node may draw; as DRAW_RECORDS' "chosen".
+    SELECT row_number() OVER (ORDER BY o.k) AS rank, p.node_id, p.zero_advantage, p.record
+    FROM pool CROSS JOIN unnest(%(offsets)s::bigint[]) WITH ORDINALITY AS o(back, k)
+    CROSS JOIN LATERAL (
+        SELECT in_pool, node_id, zero_advantage, tier, replicate, record FROM coordinator_poolrollout
+        WHERE campaign_id = %(campaign)s AND sequence = pool.last - o.back LIMIT 1
+    ) p
+    WHERE o.back < pool.last AND p.in_pool AND p.node_id <> %(node)s AND p.replicate = %(replicate)s
+      AND (NOT %(nonzero_only)s OR NOT p.zero_advantage)
+      AND (%(draw_tier)s::text IS NULL OR p.tier = %(draw_tier)s)
+    ORDER BY o.k LIMIT %(count)s
 ), counted AS (
+    -- The next draw's allowance is what this round's J leaves after the first chunk's draw.
     UPDATE coordinator_workernode SET accepted_submissions = accepted_submissions + 1,
                                       accepted_rollouts = accepted_rollouts + %(groups)s,
-                                      draw_allowance = %(allowance)s
+                                      draw_allowance = GREATEST(0, %(allowance)s - (SELECT count(*) FROM chosen))
     WHERE id = %(node)s AND state <> 'banned' AND EXISTS (SELECT 1 FROM claimed)
     RETURNING id
 ), credit_row AS (
@@ -243,8 +270,33 @@ WITH claimed AS (
              unnest(%(records)b::text[])
          ) WITH ORDINALITY AS r(rollout_id, task, seed, index, mean_reward, zero_advantage, record, position)
     RETURNING 1
+), drawn AS (
+    -- The groups drawn that earn credit, as DRAW_RECORDS' "drawn": after the campaign's row
+    -- ("numbered"), so that the credit rows are the last locks taken.
+    SELECT chosen.node_id, chosen.zero_advantage
+    FROM chosen
+    CROSS JOIN LATERAL (
+        SELECT state FROM coordinator_workernode WHERE id = chosen.node_id LIMIT 1
+    ) w
+    WHERE chosen.rank <= %(allowance)s AND w.state <> 'banned' AND EXISTS (SELECT 1 FROM numbered)
+), credited AS (
+    SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
+    FROM drawn GROUP BY node_id
+), locked AS (
+    SELECT node_id FROM coordinator_nodecredit
+    WHERE node_id = ANY(ARRAY(SELECT node_id FROM credited))
+    ORDER BY node_id FOR UPDATE
+), updated AS (
+    UPDATE coordinator_nodecredit r
+    SET groups_drawn = r.groups_drawn + c.groups,
+        groups_drawn_informative = r.groups_drawn_informative + c.informative
+    FROM locked l JOIN credited c ON c.node_id = l.node_id
+    WHERE r.node_id = l.node_id
 )
-SELECT (SELECT last FROM numbered), (SELECT count(*) FROM stored)
+SELECT (SELECT last FROM numbered), (SELECT count(*) FROM stored), (SELECT last FROM pool),
+       chosen.record::text
+FROM (SELECT 1) AS one LEFT JOIN chosen ON EXISTS (SELECT 1 FROM counted)
+ORDER BY chosen.rank
 """
 
 # The pool's draw (pool.py): the view it is decided on, then DRAW_RECORDS on the window's numbers

@@ -17,7 +17,8 @@ Cost (this is the coordinator's hottest path; bench/coordinator.py measures it):
 the lease, its campaign, the node's state and any earlier use of the submission id; the
 re-scoring, which builds each question's reasoning-gym entry once and scores all G completions
 against it; then the write: claim the lease, count the node's submission, number the rollouts
-and insert them. On PostgreSQL the read is one prepared statement and the write another; elsewhere
+and insert them (and, for protocol 2's submit_ack, visit the first chunk of the round's pool
+draw: pool.py). On PostgreSQL the read is one prepared statement and the write another; elsewhere
 they are ORM queries and a transaction of a few statements. A lease this process issued (the
 common case: the worker asked this server for it) needs no read: its round, questions and
 settings were noted when it was issued (leases.ISSUED_HERE), and the write claims it only where
@@ -32,11 +33,12 @@ import msgspec
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from swarm_app.coordinator import leases
+from swarm_app.coordinator import leases, pool
 from swarm_app.coordinator.bans import ban_node
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage import store
+from swarm_app.coordinator.storage.records import NO_DRAW, FirstChunk
 from worker.shared.advantages import group_advantages
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
@@ -77,12 +79,16 @@ def _reject(node: WorkerNode, config: CampaignConfig, code: ErrorCode, message: 
 
 class Submitted(NamedTuple):
     """A stored submission: its ack (what a replay is answered), its round, its campaign's
-    settings and the pool's last sequence number once its rollouts were in (0 until stored)."""
+    settings and, once stored, what came of the first chunk of the draw that follows it (none
+    unless :func:`submit` was asked for it): the order it visits the pool in, the pool's last
+    number the offsets are below, and the records drawn."""
 
     ack: dict[str, Any]
     round: int
     config: CampaignConfig
-    pool_last: int = 0
+    order: pool.DrawOrder | None = None
+    pool_before: int = 0
+    drawn: list[dict[str, Any]] | None = None
 
     def external_count(self) -> int:
         """J_r: the external groups this round's batch asks for under the campaign's batch rule
@@ -102,19 +108,28 @@ class Submitted(NamedTuple):
         )[1]
 
 
-def submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
+def submit(
+    node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout], draw: bool = False
+) -> Submitted:
+    """Check and store a submission; with ``draw``, the write also visits the first chunk of the
+    round's pool draw (pool.py), which the caller goes on with where it gave fewer than J."""
     if not submission_id:
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'submission_id': must not be empty")
     issued = leases.ISSUED_HERE.take(lease_id, node.pk)
     if issued is not None:
-        stored = _submit_issued_here(node, submission_id, lease_id, rollouts, issued)
+        stored = _submit_issued_here(node, submission_id, lease_id, rollouts, issued, draw)
         if stored is not None:
             return stored
-    return _submit(node, submission_id, lease_id, rollouts)
+    return _submit(node, submission_id, lease_id, rollouts, draw)
 
 
 def _submit_issued_here(
-    node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout], issued: leases.IssuedLease
+    node: WorkerNode,
+    submission_id: str,
+    lease_id: str,
+    rollouts: list[Rollout],
+    issued: leases.IssuedLease,
+    draw: bool,
 ) -> Submitted | None:
     """An honest submission of a lease this process issued, stored without a read: its round,
     questions and settings are known here, and the write claims the lease only where the read's
@@ -125,10 +140,12 @@ def _submit_issued_here(
         verified = _verified_rewards(node, issued.config, issued.round, issued.refs, rollouts)
     except (ProtocolError, FalseClaim):
         return None
-    return _store(node, issued.config, lease_id, issued.round, submission_id, rollouts, verified)
+    return _store(node, issued.config, lease_id, issued.round, submission_id, rollouts, verified, draw)
 
 
-def _submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout]) -> Submitted:
+def _submit(
+    node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[Rollout], draw: bool
+) -> Submitted:
     """Checks 1-4 on the read of the lease (Store.find_leases), then the write."""
     found = store().find_leases(node, submission_id, lease_id)
     lease = next((row for row in found if row.lease_id == lease_id), None)
@@ -159,7 +176,7 @@ def _submit(node: WorkerNode, submission_id: str, lease_id: str, rollouts: list[
         verified = _verified_rewards(node, config, lease.round, refs, rollouts)
     except FalseClaim as claim:
         raise _reject(node, config, claim.code, claim.message) from None
-    stored = _store(node, config, lease_id, lease.round, submission_id, rollouts, verified)
+    stored = _store(node, config, lease_id, lease.round, submission_id, rollouts, verified, draw)
     if stored is not None:
         return stored
     locked = Lease.objects.only("state", "submission_id", "ack").get(pk=lease.pk)
@@ -237,9 +254,10 @@ def _store(
     submission_id: str,
     rollouts: list[Rollout],
     verified: list[list[float]],
+    draw: bool,
 ) -> Submitted | None:
-    """The ack, the coordinator's rewards and advantages on the rollouts, and the write; None
-    when the lease could not be claimed (Store.store_submission)."""
+    """The ack, the coordinator's rewards and advantages on the rollouts, and the write, with the
+    draw's first chunk if asked; None when the lease could not be claimed (Store.store_submission)."""
     grpo = config.grpo_config(node.tier)
     scale = grpo.scale_rewards
     ack = {
@@ -255,16 +273,27 @@ def _store(
             # Nobody in this campaign corrects for it: not kept (it is most of a record's size),
             # and without it the record is the version 1 layout that every worker reads.
             rollout.behaviour, rollout.schema_version = None, 1
-    submitted = Submitted(ack, round, config)
+    count = Submitted(ack, round, config).external_count()
+    order = pool.DrawOrder(config.pool_window, count) if draw and count > 0 else None
+    first = (
+        FirstChunk(
+            order.next_offsets(),
+            count,
+            pool.nonzero_only(config.external_strategy),
+            node.tier if config.pool_within_tier else None,
+        )
+        if order is not None
+        else NO_DRAW
+    )
     try:
-        pool_last = store().store_submission(
-            node, lease_id, round, submission_id, ack, rollouts, submitted.external_count(), timezone.now()
+        stored = store().store_submission(
+            node, lease_id, round, submission_id, ack, rollouts, count, timezone.now(), first
         )
     except IntegrityError:
         # A rollout id reused from an earlier submission: refuse rather than overwrite the pool.
         raise ProtocolError(
             ErrorCode.LEASE_MISMATCH, "a rollout_id in this submission was already used"
         ) from None
-    if pool_last is None:
+    if stored is None:
         return None
-    return Submitted(ack, round, config, pool_last)
+    return Submitted(ack, round, config, order, stored.before, stored.drawn)

@@ -19,7 +19,7 @@ from swarm_app.coordinator.leases import lease_message
 from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode
 from swarm_app.coordinator.storage.orm import OrmStore
 from swarm_app.coordinator.storage.postgres import PostgresStore
-from swarm_app.coordinator.storage.records import LeaseOffer, Store
+from swarm_app.coordinator.storage.records import NO_DRAW, FirstChunk, LeaseOffer, Store, StoredSubmission
 from swarm_app.coordinator.tokens import create_token
 from tests.coordinator.helpers import G, honest_rollouts
 from worker.shared.campaign import CampaignConfig
@@ -75,9 +75,15 @@ def scenario(store: Store) -> dict[str, Any]:
         lease = msgspec.to_builtins(lease_message(mix, lease_id, 0, deadline, refs))
         rollouts = [Rollout.from_json(r) for r in honest_rollouts(lease, node.node_id, "tiny-1m", mix)]
         ack = {"submission_id": f"sub-{name}", "verified_rewards": [r.rewards for r in rollouts]}
+        # b's write visits the first chunk of its draw: offsets 0, 1 and 5 below the pool's last
+        # number before b's rollouts (2: a's two; 5 is past the pool's start), one record wanted,
+        # its allowance 2: a's second rollout, a credited once, one draw left to b.
+        first = FirstChunk([0, 1, 5], 1, False, None) if name == "b" else NO_DRAW
+        stored_now = store.store_submission(node, lease_id, 0, f"sub-{name}", ack, rollouts, 2, now, first)
+        assert stored_now is not None
         # The pool's last number once the rollouts are in: the second's.
-        last = store.store_submission(node, lease_id, 0, f"sub-{name}", ack, rollouts, 2, now)
-        assert last == PoolRollout.objects.get(rollout_id=rollouts[1].rollout_id).sequence
+        assert stored_now.last == PoolRollout.objects.get(rollout_id=rollouts[1].rollout_id).sequence
+        seen[f"first chunk {name}"] = (stored_now.before, [r["rollout_id"] for r in stored_now.drawn])
         # A second claim of the same lease (a racing duplicate) stores nothing.
         assert store.store_submission(node, lease_id, 0, f"sub-{name}-again", ack, rollouts, 2, now) is None
         stored[name] = rollouts
@@ -89,6 +95,7 @@ def scenario(store: Store) -> dict[str, Any]:
         ]
     # Rollout ids are random: each is named by its node and place instead.
     names = {r.rollout_id: f"rollout {name}{i}" for name, rs in stored.items() for i, r in enumerate(rs)}
+    assert seen["first chunk a"] == (0, []) and seen["first chunk b"] == (2, [stored["a"][1].rollout_id])
     # a draws: only b's groups (never its own), and b is credited for them, up to a's allowance.
     view = store.draw_view(campaign.pk, nodes["a"].pk)
     seen["draw view"] = (view.tier, view.replicate, view.config == config)
@@ -181,10 +188,12 @@ def _comparable(value: Any, store_name: str, names: dict[str, str]) -> Any:
 def test_each_store_keeps_the_contract(db, store):
     seen = scenario(store)
     a, b = seen["nodes"]["a"], seen["nodes"]["b"]
-    # a: healthy again, round 1, one submission of 2 groups, its allowance of 2 spent on b's.
-    assert a[:2] == ("healthy", 1) and a[3:6] == (1, 2, 0)
-    # b: credited with the 2 groups a drew (each has a non-zero advantage: half right).
-    assert b[3:] == (1, 2, 2, 2, 2)
+    # a: healthy again, round 1, one submission of 2 groups, its allowance of 2 spent on b's;
+    # credited with the group b's first chunk drew (a non-zero advantage: half right).
+    assert a[:2] == ("healthy", 1) and a[3:] == (1, 2, 0, 1, 1)
+    # b: one submission of 2 groups, one draw of its 2 spent by its first chunk; credited with
+    # the 2 groups a drew.
+    assert b[3:] == (1, 2, 1, 2, 2)
     assert seen["flushed"] == (1, 0)
     assert seen["leases"] == [
         ("<store>-lease-a", "submitted", "sub-a"),
@@ -226,7 +235,7 @@ def test_a_submission_is_stored_only_where_its_first_checks_pass(db, store):
     rollouts = [Rollout.from_json(r) for r in honest_rollouts(lease, "node-a", "tiny-1m", config.mix)]
     ack = {"submission_id": "sub", "verified_rewards": [r.rewards for r in rollouts]}
 
-    def stored(**change) -> int | None:
+    def stored(**change) -> StoredSubmission | None:
         args = {"node": node, "lease_id": "lease-a", "round": 0, "submission_id": "sub", "now": now} | change
         return store.store_submission(
             args["node"],
@@ -253,5 +262,6 @@ def test_a_submission_is_stored_only_where_its_first_checks_pass(db, store):
     assert Lease.objects.get(lease_id="lease-a").state == Lease.State.ACTIVE
     token.banned_at = None
     token.save(update_fields=["banned_at"])
-    assert stored() == 2
+    result = stored()
+    assert result is not None and result.last == 2
     assert Lease.objects.get(lease_id="lease-a").state == Lease.State.SUBMITTED

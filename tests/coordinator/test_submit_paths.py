@@ -48,7 +48,7 @@ def test_a_lease_issued_here_is_stored_without_a_read(node, reads):
     lease_id, rollouts = leased_rollouts(node)
     stored = submissions.submit(node, "s0", lease_id, rollouts)
     assert reads == []
-    assert stored.pool_last == 2 and stored.ack["lease_id"] == lease_id
+    assert stored.pool_before == 0 and stored.ack["lease_id"] == lease_id
     assert Lease.objects.get(lease_id=lease_id).state == Lease.State.SUBMITTED
     assert PoolRollout.objects.filter(node=node, round=0).count() == 2
 
@@ -58,7 +58,7 @@ def test_a_lease_issued_elsewhere_is_read_then_stored_the_same(node, reads):
     assert leases.ISSUED_HERE.take(lease_id, node.pk) is not None  # as if another server issued it
     stored = submissions.submit(node, "s0", lease_id, rollouts)
     assert reads == [lease_id]
-    assert stored.pool_last == 2 and stored.ack["lease_id"] == lease_id
+    assert stored.pool_before == 0 and stored.ack["lease_id"] == lease_id
     assert PoolRollout.objects.filter(node=node, round=0).count() == 2
 
 

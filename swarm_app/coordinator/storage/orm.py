@@ -14,11 +14,14 @@ from swarm_app.campaigns.models import Arm, Campaign, RoundMetrics
 from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage.records import (
+    NO_DRAW,
     WAITING,
     DrawView,
+    FirstChunk,
     LeaseOffer,
     LeaseRequestView,
     LeaseView,
+    StoredSubmission,
     pool_record,
 )
 from worker.shared.rollout import Rollout
@@ -108,8 +111,12 @@ class OrmStore:
         rollouts: list[Rollout],
         allowance: int,
         now: datetime,
-    ) -> int | None:
+        draw: FirstChunk = NO_DRAW,
+    ) -> StoredSubmission | None:
         with transaction.atomic():
+            # The pool's last number before this submission's rollouts: the first chunk's offsets
+            # are below it (as the PostgreSQL statement's snapshot reads it).
+            before = Campaign.objects.values_list("rollout_sequence", flat=True).get(pk=node.campaign_id)
             # Claim the lease only where the submission's first checks pass (Store's docstring):
             # the UPDATE locks the row, so of two racing connections of this node exactly one
             # claims it; the other sees 0 rows.
@@ -164,7 +171,21 @@ class OrmStore:
                     for offset, rollout in enumerate(rollouts)
                 ]
             )
-        return last
+            numbers = [before - offset for offset in draw.offsets if offset < before]
+            drawn = (
+                _draw(
+                    node.campaign_id,
+                    node.pk,
+                    node.replicate,
+                    draw.tier,
+                    draw.nonzero_only,
+                    numbers,
+                    draw.count,
+                )
+                if counted and numbers
+                else []
+            )
+        return StoredSubmission(last, before, drawn)
 
     def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
         campaign = Campaign.objects.only("config", "rollout_sequence").get(pk=campaign_id)
@@ -180,19 +201,9 @@ class OrmStore:
         sequences: list[int],
         count: int,
     ) -> list[dict[str, Any]]:
-        candidates = PoolRollout.objects.filter(
-            campaign_id=campaign_id, sequence__in=sequences, in_pool=True, replicate=view.replicate
-        ).exclude(node_id=node_pk)
-        if nonzero_only:
-            candidates = candidates.filter(zero_advantage=False)
-        if view.config.pool_within_tier:
-            candidates = candidates.filter(tier=view.tier)
-        order = {sequence: k for k, sequence in enumerate(sequences)}
+        tier = view.tier if view.config.pool_within_tier else None
         with transaction.atomic():
-            rows = candidates.values_list("sequence", "node_id", "zero_advantage", "record")
-            chosen = sorted(rows, key=lambda row: order[row[0]])[:count]
-            _credit_draw(node_pk, [(node, zero_advantage) for _, node, zero_advantage, _ in chosen])
-        return [record for *_, record in chosen]
+            return _draw(campaign_id, node_pk, view.replicate, tier, nonzero_only, sequences, count)
 
     def flush_seen(self, seen: dict[int, float]) -> int:
         updated = 0
@@ -252,6 +263,32 @@ def _record_node_metrics(node: WorkerNode, round: int, metrics: dict[str, Any]) 
     WorkerNode.objects.filter(pk=node.pk, round__lte=round).update(round=round + 1)
     WorkerNode.objects.filter(pk=node.pk).update(last_reward=verified)
     return row
+
+
+def _draw(
+    campaign_id: int,
+    node_pk: int,
+    replicate: int,
+    tier: str | None,
+    nonzero_only: bool,
+    sequences: list[int],
+    count: int,
+) -> list[dict[str, Any]]:
+    """The records of the first ``count`` rollouts numbered ``sequences`` (in that order) that
+    node ``node_pk`` may draw (in the pool, another node's, its replicate's, [informative], [of
+    ``tier``]), their nodes credited (:func:`_credit_draw`); in the caller's transaction."""
+    candidates = PoolRollout.objects.filter(
+        campaign_id=campaign_id, sequence__in=sequences, in_pool=True, replicate=replicate
+    ).exclude(node_id=node_pk)
+    if nonzero_only:
+        candidates = candidates.filter(zero_advantage=False)
+    if tier is not None:
+        candidates = candidates.filter(tier=tier)
+    order = {sequence: k for k, sequence in enumerate(sequences)}
+    rows = candidates.values_list("sequence", "node_id", "zero_advantage", "record")
+    chosen = sorted(rows, key=lambda row: order[row[0]])[:count]
+    _credit_draw(node_pk, [(node, zero_advantage) for _, node, zero_advantage, _ in chosen])
+    return [record for *_, record in chosen]
 
 
 def _credit_draw(node_pk: int, drawn: list[tuple[int, bool]]) -> None:

@@ -11,10 +11,13 @@ from swarm_app.campaigns.models import Arm, RoundMetrics, settings_from_text
 from swarm_app.coordinator import sql
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.storage.records import (
+    NO_DRAW,
     DrawView,
+    FirstChunk,
     LeaseOffer,
     LeaseRequestView,
     LeaseView,
+    StoredSubmission,
     pool_record,
 )
 from worker.shared.rollout import Rollout
@@ -77,8 +80,9 @@ class PostgresStore:
         rollouts: list[Rollout],
         allowance: int,
         now: datetime,
-    ) -> int | None:
-        ((last, stored),) = sql.fetch(
+        draw: FirstChunk = NO_DRAW,
+    ) -> StoredSubmission | None:
+        rows = sql.fetch(
             sql.STORE_SUBMISSION,
             {
                 "submission_id": submission_id,
@@ -106,9 +110,18 @@ class PostgresStore:
                     ]
                 ),
                 "records": [sql.json_text(pool_record(r)) for r in rollouts],
+                "offsets": draw.offsets,
+                "count": draw.count,
+                "nonzero_only": draw.nonzero_only,
+                "draw_tier": draw.tier,
             },
         )
-        return last if stored == len(rollouts) else None
+        last, stored, before, _ = rows[0]
+        if stored != len(rollouts):
+            return None
+        return StoredSubmission(
+            last, before, [sql.from_json_text(text) for *_, text in rows if text is not None]
+        )
 
     def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
         ((config_text, last, tier, replicate),) = sql.fetch(

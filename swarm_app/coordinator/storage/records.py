@@ -110,6 +110,30 @@ def pool_record(rollout: Rollout) -> dict[str, Any]:
     return data
 
 
+class FirstChunk(NamedTuple):
+    """The first chunk of the draw that follows a submission (pool.DrawOrder), which the write
+    that stores the submission visits (Store.store_submission): its offsets below the pool's last
+    number, how many records to draw, and the draw's filters."""
+
+    offsets: list[int]
+    count: int
+    nonzero_only: bool
+    tier: str | None  # the node's tier where the campaign draws within tiers, else None
+
+
+NO_DRAW = FirstChunk([], 0, False, None)
+
+
+class StoredSubmission(NamedTuple):
+    """A submission's rollouts in the pool: the pool's last number once they are in, the last
+    number the first chunk's offsets are below (``before`` them: a draw never gives the node's
+    own rollouts), and the records that chunk drew."""
+
+    last: int
+    before: int
+    drawn: list[dict[str, Any]]
+
+
 class Store(Protocol):
     """The hot paths' reads and writes. Both implementations keep the same rows in the same
     states; tests/coordinator/test_storage_contract.py runs one scenario against each (both on
@@ -148,12 +172,15 @@ class Store(Protocol):
         rollouts: list[Rollout],
         allowance: int,
         now: datetime,
-    ) -> int | None:
+        draw: FirstChunk = NO_DRAW,
+    ) -> StoredSubmission | None:
         """Claim the lease, count the node's round, verified groups and next draw's allowance,
-        and put the rollouts in the pool, all or nothing; the pool's last sequence number once
-        they are in it, or None when the lease could not be claimed: it is claimed only if it is
-        the node's lease for ``round``, active and within its deadline as of ``now``, no other
-        lease of the node carries ``submission_id``, and neither the node nor its token is banned."""
+        and put the rollouts in the pool, all or nothing, with the first chunk of the node's
+        draw (as :meth:`draw_at` on the numbers ``draw.offsets`` are below the pool's last number
+        before the rollouts, crediting up to ``allowance``, which it spends); None when the lease
+        could not be claimed (then nothing is drawn either): it is claimed only if it is the
+        node's lease for ``round``, active and within its deadline as of ``now``, no other lease
+        of the node carries ``submission_id``, and neither the node nor its token is banned."""
         ...
 
     def draw_view(self, campaign_id: int, node_pk: int) -> DrawView:
