@@ -16,57 +16,9 @@ from swarm_app.coordinator.liveness import update_liveness
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.pool import sample_external
 from swarm_app.coordinator.tasks import sample_pool
-from swarm_app.coordinator.tokens import create_token
+from tests.coordinator.helpers import make_pool
 from tests.servers import celery_worker
 from worker.shared.campaign import CampaignConfig
-
-
-def make_pool(campaign: Campaign, nodes: int, per_node: int) -> list[WorkerNode]:
-    """``nodes`` nodes with ``per_node`` rollouts each; every third rollout has zero advantage."""
-    token, _ = create_token(campaign)
-    created = []
-    sequence = 0
-    for n in range(nodes):
-        node = WorkerNode.objects.create(campaign=campaign, node_id=f"n{n}", token=token, tier="tiny-1m")
-        lease = Lease.objects.create(
-            lease_id=f"l{n}",
-            campaign=campaign,
-            node=node,
-            round=0,
-            questions=[],
-            deadline=timezone.now(),
-            state=Lease.State.SUBMITTED,
-        )
-        rows = []
-        for i in range(per_node):
-            sequence += 1
-            flat = sequence % 3 == 0
-            record = {
-                "rollout_id": f"r{sequence}",
-                "agent_id": node.node_id,
-                "rewards": [0.0, 0.0] if flat else [1.0, 0.0],
-            }
-            rows.append(
-                PoolRollout(
-                    campaign=campaign,
-                    sequence=sequence,
-                    rollout_id=f"r{sequence}",
-                    node=node,
-                    lease=lease,
-                    tier="tiny-1m",
-                    round=i,
-                    task="chain_sum",
-                    question_seed=1,
-                    question_index=sequence,
-                    record=record,
-                    mean_reward=0.0 if flat else 0.5,
-                    zero_advantage=flat,
-                )
-            )
-        PoolRollout.objects.bulk_create(rows)
-        created.append(node)
-    Campaign.objects.filter(pk=campaign.pk).update(rollout_sequence=sequence)
-    return created
 
 
 @pytest.fixture

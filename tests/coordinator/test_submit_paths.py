@@ -7,11 +7,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from swarm_app.coordinator import leases, submissions
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator import consumers, leases, submissions
+from swarm_app.coordinator.models import Lease, NodeCredit, PoolRollout, WorkerNode
 from swarm_app.coordinator.storage import store
 from swarm_app.coordinator.tokens import authenticate
-from tests.coordinator.helpers import honest_rollouts
+from tests.coordinator.helpers import honest_rollouts, make_pool
 from worker.shared.protocol import ProtocolError
 from worker.shared.rollout import Rollout
 
@@ -86,3 +86,58 @@ def test_a_replay_and_a_late_submission_of_leases_issued_here_get_the_reads_answ
         submissions.submit(node, "s1", late_id, late)
     assert expired.value.code == "lease_expired" and reads == [lease_id, late_id]
     assert PoolRollout.objects.filter(node=node).count() == 2
+
+
+def _with_window(campaign, window: int) -> None:
+    config = campaign.settings
+    config.pool_window = window
+    campaign.config = config.validate().to_json()
+    campaign.save(update_fields=["config"])
+
+
+@pytest.fixture
+def draws(monkeypatch) -> list[list[int]]:
+    """The numbers of each draw statement of its own (Store.draw_at) the test's draws make."""
+    chunks: list[list[int]] = []
+    storage = store()
+    draw_at = storage.draw_at
+
+    def recorded(campaign_id, node_pk, view, nonzero_only, sequences, count):
+        chunks.append(list(sequences))
+        return draw_at(campaign_id, node_pk, view, nonzero_only, sequences, count)
+
+    monkeypatch.setattr(storage, "draw_at", recorded)
+    return chunks
+
+
+def test_a_draw_that_its_first_chunk_fills_needs_no_statement_of_its_own(campaign, node, draws):
+    """Protocol 2's submit and draw (consumers.submit_and_draw): a window of 16 is visited whole by
+    the first chunk (4J, at least 16) in the submission's own write, which draws J = 2 of the
+    other node's informative groups, credits it for them and spends the allowance."""
+    _with_window(campaign, 16)
+    (other,) = make_pool(campaign, nodes=1, per_node=40)
+    NodeCredit.objects.create(node=other)  # made at a node's first accepted submission
+    lease_id, rollouts = leased_rollouts(node)
+    stored, drawn = consumers.submit_and_draw(node, "s0", lease_id, rollouts)
+    assert stored.pool_before == 40 and draws == []
+    numbers = [int(record["rollout_id"][1:]) for record in drawn]
+    assert len(numbers) == 2 and all(25 <= n <= 40 and n % 3 for n in numbers), numbers
+    assert NodeCredit.objects.get(node=other).groups_drawn == 2
+    assert WorkerNode.objects.get(pk=node.pk).draw_allowance == 0
+
+
+def test_a_draw_that_its_first_chunk_leaves_short_goes_on_below_the_same_number(campaign, node, draws):
+    """One informative group of another node in a window of 64: the first chunk visits 16 of its
+    numbers; where it misses the group, DRAW_RECORDS visits the rest, below the number the first
+    chunk was below (not the pool's last after the submission), and finds it."""
+    _with_window(campaign, 64)
+    make_pool(campaign, nodes=1, per_node=80)
+    PoolRollout.objects.exclude(sequence=31).update(in_pool=False)
+    for round in range(3):  # the first chunk misses it in 3 of 4 draws
+        lease_id, rollouts = leased_rollouts(node, round)
+        before = PoolRollout.objects.count()  # 80, then 2 more a round: node a's own
+        stored, drawn = consumers.submit_and_draw(node, f"s{round}", lease_id, rollouts)
+        assert stored.pool_before == before
+        assert [record["rollout_id"] for record in drawn] == ["r31"]
+        assert all(before - 63 <= n <= before for chunk in draws for n in chunk), draws
+        draws.clear()
