@@ -179,6 +179,23 @@ VALUES (%(lease_id)s, %(campaign)s, %(node)s, %(round)s, 'active', %(questions)s
         %(deadline)s, NULL, '', NULL)
 """
 
+# A draw's credit, the same in DRAW_RECORDS and in STORE_SUBMISSION's first chunk: the groups in
+# "drawn" credit their nodes' rows (models.NodeCredit), locked in node order.
+_CREDIT_DRAWN = """credited AS (
+    SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
+    FROM drawn GROUP BY node_id
+), locked AS (
+    SELECT node_id FROM coordinator_nodecredit
+    WHERE node_id = ANY(ARRAY(SELECT node_id FROM credited))
+    ORDER BY node_id FOR UPDATE
+), updated AS (
+    UPDATE coordinator_nodecredit r
+    SET groups_drawn = r.groups_drawn + c.groups,
+        groups_drawn_informative = r.groups_drawn_informative + c.informative
+    FROM locked l JOIN credited c ON c.node_id = l.node_id
+    WHERE r.node_id = l.node_id
+)"""
+
 # Rows of the pool's last sequence number, the number of rollouts stored, len(rollouts), the last
 # number before them and a record of the draw's first chunk (one row per record drawn, in the
 # order drawn; one row with a NULL record when none is); (NULL, 0, ...) when the lease could not
@@ -279,25 +296,12 @@ WITH claimed AS (
         SELECT state FROM coordinator_workernode WHERE id = chosen.node_id LIMIT 1
     ) w
     WHERE chosen.rank <= %(allowance)s AND w.state <> 'banned' AND EXISTS (SELECT 1 FROM numbered)
-), credited AS (
-    SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
-    FROM drawn GROUP BY node_id
-), locked AS (
-    SELECT node_id FROM coordinator_nodecredit
-    WHERE node_id = ANY(ARRAY(SELECT node_id FROM credited))
-    ORDER BY node_id FOR UPDATE
-), updated AS (
-    UPDATE coordinator_nodecredit r
-    SET groups_drawn = r.groups_drawn + c.groups,
-        groups_drawn_informative = r.groups_drawn_informative + c.informative
-    FROM locked l JOIN credited c ON c.node_id = l.node_id
-    WHERE r.node_id = l.node_id
-)
+), {CREDIT_DRAWN}
 SELECT (SELECT last FROM numbered), (SELECT count(*) FROM stored), (SELECT last FROM pool),
        chosen.record::text
 FROM (SELECT 1) AS one LEFT JOIN chosen ON EXISTS (SELECT 1 FROM counted)
 ORDER BY chosen.rank
-"""
+""".replace("{CREDIT_DRAWN}", _CREDIT_DRAWN)
 
 # The pool's draw (pool.py): the view it is decided on, then DRAW_RECORDS on the window's numbers
 # in a random order, a few at a time. Each number is looked up by (campaign, sequence) on its
@@ -353,22 +357,9 @@ WITH chosen AS (
         SELECT state FROM coordinator_workernode WHERE id = chosen.node_id LIMIT 1
     ) w
     WHERE chosen.rank <= COALESCE((SELECT n FROM me), 0) AND w.state <> 'banned'
-), credited AS (
-    SELECT node_id, count(*) AS groups, count(*) FILTER (WHERE NOT zero_advantage) AS informative
-    FROM drawn GROUP BY node_id
-), locked AS (
-    SELECT node_id FROM coordinator_nodecredit
-    WHERE node_id = ANY(ARRAY(SELECT node_id FROM credited))
-    ORDER BY node_id FOR UPDATE
-), updated AS (
-    UPDATE coordinator_nodecredit r
-    SET groups_drawn = r.groups_drawn + c.groups,
-        groups_drawn_informative = r.groups_drawn_informative + c.informative
-    FROM locked l JOIN credited c ON c.node_id = l.node_id
-    WHERE r.node_id = l.node_id
-)
+), {CREDIT_DRAWN}
 SELECT record::text FROM chosen ORDER BY rank
-"""
+""".replace("{CREDIT_DRAWN}", _CREDIT_DRAWN)
 
 # Presence (presence.py): last-seen times of many nodes in one statement; a node the liveness beat
 # marked offline and that still talks is connected again, a banned one stays banned. Run every
