@@ -47,7 +47,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from swarm_app.coordinator.storage import store
-from swarm_app.coordinator.storage.records import DrawView
+from swarm_app.coordinator.storage.records import NO_DRAW, DrawView, FirstChunk
+from worker.shared.campaign import CampaignConfig
 from worker.shared.sampling import check_strategy
 
 _rng = random.SystemRandom()
@@ -96,6 +97,21 @@ class DrawOrder:
 def nonzero_only(strategy: str) -> bool:
     """Whether a draw by this external strategy leaves out zero-advantage groups."""
     return check_strategy(strategy) == "nonzero_advantage"
+
+
+def first_chunk(config: CampaignConfig, tier: str, count: int) -> tuple[DrawOrder | None, FirstChunk]:
+    """The order of a draw of ``count`` that follows a submission, and its first chunk, for the
+    write that stores the submission to visit (Store.store_submission); none for ``count`` 0."""
+    if count <= 0:
+        return None, NO_DRAW
+    order = DrawOrder(config.pool_window, count)
+    chunk = FirstChunk(
+        order.next_offsets(),
+        count,
+        nonzero_only(config.external_strategy),
+        tier if config.pool_within_tier else None,
+    )
+    return order, chunk
 
 
 def sample_external(

@@ -199,8 +199,8 @@ _CREDIT_DRAWN = """credited AS (
 # Rows of the pool's last sequence number, the number of rollouts stored, len(rollouts), the last
 # number before them and a record of the draw's first chunk (one row per record drawn, in the
 # order drawn; one row with a NULL record when none is); (NULL, 0, ...) when the lease could not
-# be claimed: then nothing is written or drawn, and no sequence number is taken. It is claimed only where a submission's first checks (submissions.py) pass as of the
-# claim: the node's lease of that round, active and within its deadline, the submission id not
+# be claimed: then nothing is written or drawn, and no sequence number is taken. It is claimed
+# only where a submission's first checks (submissions.py) pass as of the claim: the node's lease of that round, active and within its deadline, the submission id not
 # used by another of the node's leases, node and token not banned. A submission of a lease this
 # process issued is stored on that alone (no read before it); the others were read and checked
 # first, and a claim that fails then was lost to a race (a racing connection, an expiry). The

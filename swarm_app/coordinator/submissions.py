@@ -38,7 +38,6 @@ from swarm_app.coordinator.bans import ban_node
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
 from swarm_app.coordinator.storage import store
-from swarm_app.coordinator.storage.records import NO_DRAW, FirstChunk
 from worker.shared.advantages import group_advantages
 from worker.shared.campaign import CampaignConfig
 from worker.shared.protocol import ErrorCode, ProtocolError
@@ -274,17 +273,7 @@ def _store(
             # and without it the record is the version 1 layout that every worker reads.
             rollout.behaviour, rollout.schema_version = None, 1
     count = Submitted(ack, round, config).external_count()
-    order = pool.DrawOrder(config.pool_window, count) if draw and count > 0 else None
-    first = (
-        FirstChunk(
-            order.next_offsets(),
-            count,
-            pool.nonzero_only(config.external_strategy),
-            node.tier if config.pool_within_tier else None,
-        )
-        if order is not None
-        else NO_DRAW
-    )
+    order, first = pool.first_chunk(config, node.tier, count if draw else 0)
     try:
         stored = store().store_submission(
             node, lease_id, round, submission_id, ack, rollouts, count, timezone.now(), first
