@@ -25,10 +25,11 @@ import random
 import sys
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._django import setup_django
+from bench._django import alternated_blocks, setup_django
 
 QUESTIONS = 8
 
@@ -97,7 +98,6 @@ def main() -> None:
     parser.add_argument("--per-block", type=int, default=250, help="rounds of the four statements a block")
     args = parser.parse_args()
     setup_django()
-    import psutil
     from django.db import connection
     from django.utils import timezone
 
@@ -136,30 +136,17 @@ def main() -> None:
             prepare,
         )
 
-    connection.ensure_connection()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-    me = psutil.Process()
-    spent = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}  # postgres s, self s, rounds
-    for prepare in (False, True):  # warm: caches, the prepared statements made
-        for _ in range(50):
-            one_round(prepare)
-    for _ in range(args.blocks):
-        for prepare in (False, True):
-            pg, own = backend.cpu_times(), me.cpu_times()
-            for _ in range(args.per_block):
-                one_round(prepare)
-            pg_after, own_after = backend.cpu_times(), me.cpu_times()
-            spent[prepare][0] += (pg_after.user + pg_after.system) - (pg.user + pg.system)
-            spent[prepare][1] += (own_after.user + own_after.system) - (own.user + own.system)
-            spent[prepare][2] += args.per_block
-    for prepare, name in ((False, "unprepared"), (True, "prepared")):
-        pg_s, own_s, rounds = spent[prepare]
+    spent = alternated_blocks(
+        {"unprepared": lambda: partial(one_round, False), "prepared": lambda: partial(one_round, True)},
+        args.blocks,
+        args.per_block,
+        warm=50,
+    )
+    for name, (pg_s, own_s, rounds) in spent.items():
         print(
             f"mode={name} rounds={rounds} postgres_ms={1000 * pg_s / rounds:.3f} self_ms={1000 * own_s / rounds:.3f}"
         )
-    ratio = spent[False][0] / spent[True][0] if spent[True][0] else float("nan")
+    ratio = spent["unprepared"][0] / spent["prepared"][0] if spent["prepared"][0] else float("nan")
     print(f"prepared_ratio={ratio:.2f} (PostgreSQL's CPU per round, unprepared over prepared)")
 
 

@@ -28,10 +28,11 @@ import random
 import sys
 import uuid
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._django import setup_django
+from bench._django import alternated_blocks, setup_django
 
 BEFORE_STORE = """
 WITH claimed AS (
@@ -87,7 +88,6 @@ def main() -> None:
     args = parser.parse_args()
     setup_django()
     import msgspec
-    import psutil
     from django.db import connection
     from django.utils import timezone
 
@@ -183,26 +183,15 @@ def main() -> None:
         )
         assert stored is not None
 
-    connection.ensure_connection()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-    me = psutil.Process()
-    modes = {"before": before, "after": after}
-    spent = {name: [0.0, 0.0, 0] for name in modes}  # postgres s, self s, submissions
-    for write in modes.values():  # warm: caches, the prepared statements made
-        for _ in range(20):
-            write(*submission())
-    for _ in range(args.blocks):
-        for name, write in modes.items():
-            ready = [submission() for _ in range(args.per_block)]  # leases inserted: not counted
-            pg, own = backend.cpu_times(), me.cpu_times()
-            for one in ready:
-                write(*one)
-            pg_after, own_after = backend.cpu_times(), me.cpu_times()
-            spent[name][0] += (pg_after.user + pg_after.system) - (pg.user + pg.system)
-            spent[name][1] += (own_after.user + own_after.system) - (own.user + own.system)
-            spent[name][2] += args.per_block
+    spent = alternated_blocks(
+        {
+            "before": lambda: partial(before, *submission()),
+            "after": lambda: partial(after, *submission()),
+        },
+        args.blocks,
+        args.per_block,
+        warm=20,
+    )
     for name, (pg_s, own_s, n) in spent.items():
         print(f"mode={name} rounds={n} postgres_ms={1000 * pg_s / n:.3f} self_ms={1000 * own_s / n:.3f}")
     total = {name: pg_s + own_s for name, (pg_s, own_s, _) in spent.items()}
