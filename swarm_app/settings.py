@@ -36,11 +36,18 @@ Environment variables (see platform/.env.example):
     LOGIN_LOCKOUT_SECONDS  the window and the lockout's length (default 900)
     SWARM_ALLOW_LOCAL_WORKERS  1/0: the campaign form may start worker processes on this machine
                      (the demo sets it; default 0)
-    SWARM_CONTROL_STALE_SECONDS  a running isolated control without a heartbeat for this long is
-                     re-enqueued (default 30)
-    SWARM_CONTROL_PYTHON  the Python that runs the isolated controls' training processes
-                     (`python -m worker.cli control`; it needs the `worker` extra: torch,
-                     transformers); default: the Celery worker's own Python
+    SWARM_CONTROL_URL  the coordinator's address as the isolated controls' nodes reach it from
+                     the Celery workers of the `controls` queue (default: SWARM_PUBLIC_URL, else
+                     http://127.0.0.1:8000/)
+    SWARM_CONTROL_PYTHON  the Python that runs the isolated controls' nodes (`python -m
+                     worker.cli join`; it needs the `worker` extra: torch, transformers);
+                     default: the Celery worker's own Python
+    SWARM_CONTROL_DATA_DIR  the controls' nodes' data directories (identity, checkpoints): a
+                     directory every machine serving the `controls` queue shares (default
+                     <SWARM_DATA_DIR>/controls)
+    SWARM_CONTROL_MAX_STARTS  a control whose node exits early this many times fails (default 5)
+    SWARM_TRAINING_NICE  the niceness of every training process the coordinator, its Celery
+                     workers or the demo start (default 10: below the coordinator's servers)
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
                      DB_POOL_MIN, DB_POOL_MAX size it
     SWARM_BENCH_ECHO 1/0: serve the bare websocket echo /ws/echo/, the baseline of
@@ -352,9 +359,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-# Isolated controls: a running control whose heartbeat is older than this is re-enqueued (its
-# Celery worker died); beat checks a few times per period.
-CONTROL_STALE_SECONDS = float(os.environ.get("SWARM_CONTROL_STALE_SECONDS", "30"))
+# Isolated controls are worker nodes that Celery starts (swarm_app/runs/controls.py).
+CONTROL_URL = (
+    os.environ.get("SWARM_CONTROL_URL") or os.environ.get("SWARM_PUBLIC_URL") or "http://127.0.0.1:8000/"
+)
+CONTROL_DATA_DIR = Path(os.environ.get("SWARM_CONTROL_DATA_DIR") or DATA_DIR / "controls")
+CONTROL_MAX_STARTS = int(os.environ.get("SWARM_CONTROL_MAX_STARTS", "5"))
+TRAINING_NICE = int(os.environ.get("SWARM_TRAINING_NICE", "10"))
+if not 0 <= TRAINING_NICE <= 19:
+    raise ImproperlyConfigured(f"SWARM_TRAINING_NICE={TRAINING_NICE}: expected 0..19")
 
 
 def control_python(value: str) -> str:
@@ -389,13 +402,18 @@ def env_seconds(name: str, default: float, minimum: float) -> float:
 POOL_ARCHIVE_SECONDS = env_seconds("POOL_ARCHIVE_SECONDS", 300, 1)
 POOL_ARCHIVE_GRACE_SECONDS = env_seconds("POOL_ARCHIVE_GRACE_SECONDS", 3600, 0)
 
+# A control's task holds a slot of its Celery worker for the whole campaign: controls have a
+# queue of their own, served by Celery workers of their own (docs/deploy.md), and beat's
+# housekeeping keeps the default queue to itself.
+CELERY_TASK_ROUTES = {"campaigns.run_control": {"queue": "controls"}}
+
 CELERY_BEAT_SCHEDULE = {
     "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
     # Housekeeping that a busy worker runs late is dropped rather than run in a pile (expires).
-    "requeue-stale-controls": {
-        "task": "campaigns.requeue_stale_controls",
-        "schedule": max(1.0, min(10.0, CONTROL_STALE_SECONDS / 3)),
-        "options": {"expires": max(1.0, min(10.0, CONTROL_STALE_SECONDS / 3))},
+    "requeue-offline-controls": {
+        "task": "campaigns.requeue_offline_controls",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
     },
     "complete-finished-campaigns": {
         "task": "campaigns.complete_finished",

@@ -125,9 +125,17 @@ def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator
 
 
 @contextmanager
-def celery_worker(log_path: Path, beat: bool = False, **env: str) -> Iterator[subprocess.Popen]:
-    """A real Celery worker (solo pool) on the test database and the configured broker."""
-    args = [sys.executable, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info", "--pool", "solo"]
+def celery_worker(
+    log_path: Path, beat: bool = False, controls: int = 0, **env: str
+) -> Iterator[subprocess.Popen]:
+    """A real Celery worker on the test database and the configured broker: housekeeping (the
+    default queue, solo pool), or with ``controls`` > 0 a worker of the ``controls`` queue with
+    that many threads (as the shipped start commands run them: docs/deploy.md)."""
+    args = [sys.executable, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info"]
+    if controls:
+        args += ["-Q", "controls", "--pool", "threads", "--concurrency", str(controls)]
+    else:
+        args += ["--pool", "solo"]
     if beat:
         args += ["--beat", "--schedule", str(log_path.with_suffix(".beat-schedule"))]
     with open(log_path, "ab") as log:

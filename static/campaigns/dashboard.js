@@ -575,7 +575,8 @@
       progress.appendChild(bar);
       progress.appendChild(el("span", " " + c.round + " / " + c.rounds));
       tr.appendChild(progress);
-      tr.appendChild(el("td", c.attempts + (c.resumed_from !== null ? " (resumed at " + c.resumed_from + ")" : "")));
+      tr.appendChild(el("td", c.node_state ? "node " + c.node_state : "no node yet"));
+      tr.appendChild(el("td", c.attempts));
       tr.appendChild(el("td", c.error, "error"));
       return tr;
     }));

@@ -98,8 +98,8 @@ class Arm(models.TextChoices):
 
 
 class ControlRun(models.Model):
-    """One isolated-control agent run by Celery (it shares nothing): one per campaign, tier,
-    arm (control kind) and seed."""
+    """One isolated control of a campaign: a worker node with an arm (control kind), started by
+    Celery on the ``controls`` queue; it shares nothing. One per campaign, tier, arm and seed."""
 
     class State(models.TextChoices):
         QUEUED = "queued"
@@ -115,18 +115,11 @@ class ControlRun(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     round = models.IntegerField(default=0, help_text="rounds completed")
     error = models.TextField(blank=True)
+    # The task that runs the control's node now: a task whose id is not this one (a redelivered
+    # or superseded copy) does not start a second node (swarm_app/runs/controls.py).
     task_id = models.CharField(max_length=64, blank=True)
-    # Heartbeat: the running task touches it every few seconds, so a stale value means its
-    # Celery worker died and the run must be re-enqueued (campaigns.requeue_stale_controls).
     updated_at = models.DateTimeField(auto_now=True)
-    # The lock that keeps two copies of one run (a redelivered task, a re-enqueued one) from
-    # training at once: the task that set ``claimed_by`` owns the run until ``lease_until``.
-    claimed_by = models.CharField(max_length=160, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    attempts = models.IntegerField(default=0, help_text="times a task claimed this run")
-    resumed_from = models.IntegerField(
-        null=True, blank=True, help_text="round the last attempt resumed at from a checkpoint"
-    )
+    attempts = models.IntegerField(default=0, help_text="times its node was started")
 
     class Meta:
         constraints = [

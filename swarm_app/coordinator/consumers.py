@@ -20,7 +20,7 @@ from msgspec import UNSET, UnsetType
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
 from swarm_app.campaigns.metrics import point
-from swarm_app.coordinator import groups, leases, pool, sessions, submissions, telemetry
+from swarm_app.coordinator import control_nodes, groups, leases, pool, sessions, submissions, telemetry
 from swarm_app.coordinator.database import database_threads, db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
@@ -39,7 +39,13 @@ CLOSE_CODES = {ErrorCode.INVALID_TOKEN: 4001, ErrorCode.TOKEN_REVOKED: 4001, Err
 
 # Requests that queue for the database threads; heartbeats and releases are cheap and always answered.
 DATABASE_WORK = frozenset(
-    {protocol.LeaseRequest, protocol.Submit, protocol.SampleRequest, protocol.MetricsReport}
+    {
+        protocol.LeaseRequest,
+        protocol.ExtraLeaseRequest,
+        protocol.Submit,
+        protocol.SampleRequest,
+        protocol.MetricsReport,
+    }
 )
 
 
@@ -123,6 +129,19 @@ def report_and_lease(
         return row, UNSET
     try:
         return row, leases.issue_lease(node, round + 1, view, offer)
+    except ProtocolError:
+        return row, UNSET
+
+
+def report_and_lease_control(
+    node: WorkerNode, round: int, metrics: dict[str, Any], next_lease: bool
+) -> tuple[Any, protocol.Lease | UnsetType]:
+    """:func:`report_and_lease` for a campaign's control node (control_nodes.py)."""
+    row = control_nodes.record_metrics(node, round, metrics)
+    if not next_lease:
+        return row, UNSET
+    try:
+        return row, control_nodes.issue_lease(node, round + 1)
     except ProtocolError:
         return row, UNSET
 
@@ -227,8 +246,20 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         node = self.node
         assert node is not None
         match message:
+            case protocol.Heartbeat():
+                state = await PRESENCE.campaign_state(node.campaign_id)  # no database round trip
+                return protocol.HeartbeatAck(campaign_state=state)
+            case protocol.Hello():
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection"
+                )
+        if node.is_control:
+            return await self.answer_control(node, message)
+        match message:
             case protocol.LeaseRequest(round=round):
                 return await db(leases.issue_lease)(node, round)
+            case protocol.ExtraLeaseRequest():
+                raise ProtocolError(ErrorCode.INVALID_MESSAGE, "extra_lease_request: for control nodes only")
             case protocol.Submit(submission_id=submission_id, lease_id=lease_id, rollouts=rollouts):
                 if self.version >= 2 and settings.POOL_SAMPLING != "celery":
                     # The round's draw, as its sample_request would have had it, in the same
@@ -247,17 +278,37 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
                 row, next_lease = await db(report_and_lease)(node, round, metrics, self.version >= 2)
                 POINTS.add(node.campaign_id, point(row))
                 return protocol.MetricsAck(round=round, next_lease=next_lease)
-            case protocol.Heartbeat():
-                state = await PRESENCE.campaign_state(node.campaign_id)  # no database round trip
-                return protocol.HeartbeatAck(campaign_state=state)
             case protocol.Release(lease_id=lease_id):
                 await db(leases.release)(node, lease_id)
                 return protocol.ReleaseAck(lease_id=lease_id)
-            case protocol.Hello():
-                raise ProtocolError(
-                    ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection"
-                )
         raise AssertionError(f"no handler for {protocol.kind(message)}")  # every WorkerMessage is above
+
+    async def answer_control(
+        self, node: WorkerNode, message: protocol.WorkerMessage
+    ) -> protocol.CoordinatorMessage:
+        """The reply to a control node's request: the same requests, on control_nodes.py's paths
+        (its paired questions, its rollouts out of every pool, nothing drawn for it)."""
+        match message:
+            case protocol.LeaseRequest(round=round):
+                return await db(control_nodes.issue_lease)(node, round)
+            case protocol.ExtraLeaseRequest(round=round, start=start, count=count):
+                return await db(control_nodes.issue_extra_lease)(node, round, start, count)
+            case protocol.Submit(submission_id=submission_id, lease_id=lease_id, rollouts=rollouts):
+                stored = await db(submissions.submit)(node, submission_id, lease_id, rollouts)
+                ack = protocol.SubmitAck(**stored.ack)
+                if self.version >= 2:
+                    ack.samples = []
+                return ack
+            case protocol.SampleRequest():
+                return protocol.Samples(rollouts=[])
+            case protocol.MetricsReport(round=round, metrics=metrics):
+                # record_control_metrics pushes the point to the dashboards itself.
+                _, next_lease = await db(report_and_lease_control)(node, round, metrics, self.version >= 2)
+                return protocol.MetricsAck(round=round, next_lease=next_lease)
+            case protocol.Release(lease_id=lease_id):
+                # Kept: the control asks for the same round's questions when it comes back.
+                return protocol.ReleaseAck(lease_id=lease_id)
+        raise AssertionError(f"no handler for {protocol.kind(message)}")
 
     async def on_hello(self, hello: protocol.Hello) -> protocol.Welcome:
         if self.node is not None:

@@ -205,21 +205,21 @@ def issue_lease(
             view.submitted_ack,
         )
     if view.offer_taken and offer is not None:  # the common case, decided and inserted by the read
-        return _issued(node, config, offer.lease_id, round, offer.deadline, offer.refs)
+        return issued_message(node, config, offer.lease_id, round, offer.deadline, offer.refs)
     if view.held is not None:  # a reconnecting worker asks again: same lease, same questions
-        return _issued(node, config, view.held[0], round, view.held[1], view.held[2])
+        return issued_message(node, config, view.held[0], round, view.held[1], view.held[2])
     deadline = now + timedelta(seconds=config.lease_seconds)
     lease_id = uuid.uuid4().hex
     if view.any_waiting:
         refs = _reissue(node, round, lease_id, deadline)
         if refs is not None:
-            return _issued(node, config, lease_id, round, deadline, refs)
+            return issued_message(node, config, lease_id, round, deadline, refs)
     refs = _fresh_refs(node.campaign_id, view.campaign_created, config)
     store().insert_lease(node, round, lease_id, refs, now, deadline)
-    return _issued(node, config, lease_id, round, deadline, refs)
+    return issued_message(node, config, lease_id, round, deadline, refs)
 
 
-def _issued(
+def issued_message(
     node: WorkerNode,
     config: CampaignConfig,
     lease_id: str,

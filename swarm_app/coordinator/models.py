@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Arm, Campaign, ControlRun
 
 
 class JSONTextField(models.JSONField):
@@ -64,6 +64,12 @@ class WorkerToken(models.Model):
         related_name="worker_tokens",
     )
 
+    # The token of one of the campaign's control runs (swarm_app/runs/controls.py): its node is
+    # that control, not a volunteer. Its secret is made anew each time the control's node starts.
+    control_run = models.OneToOneField(
+        ControlRun, null=True, blank=True, on_delete=models.CASCADE, related_name="token"
+    )
+
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.label or 'unlabelled'})"
 
@@ -92,6 +98,12 @@ class WorkerNode(models.Model):
     # Which of the campaign's R independent swarms of its tier (0..R-1): it draws from that
     # swarm's rollouts only (CampaignConfig.replicates; assignment.assign_replicate).
     replicate = models.PositiveSmallIntegerField(default=0)
+    # "swarm" for a volunteer's node; a control kind for a campaign's control node, which shares
+    # nothing and draws nothing, on its seed's paired question stream (control_nodes.py).
+    arm = models.CharField(max_length=16, choices=Arm.choices, default=Arm.SWARM)
+    control_run = models.OneToOneField(
+        ControlRun, null=True, blank=True, on_delete=models.CASCADE, related_name="node"
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.HEALTHY, db_index=True)
     hardware = models.JSONField(default=dict)
     backend = models.CharField(max_length=32, blank=True)
@@ -127,6 +139,10 @@ class WorkerNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id[:8]} ({self.tier}, {self.state})"
+
+    @property
+    def is_control(self) -> bool:
+        return self.arm != Arm.SWARM
 
 
 class NodeCredit(models.Model):

@@ -15,6 +15,7 @@ from swarm_app.coordinator.tokens import authenticate
 from worker.shared.protocol import (
     SUPPORTED_VERSIONS,
     CampaignInfo,
+    ControlInfo,
     ErrorCode,
     Hello,
     Limits,
@@ -67,20 +68,30 @@ def hello(message: Hello, limits: Limits) -> tuple[WorkerNode, Welcome]:
     if not node_id or not all(c.isalnum() or c in "-_" for c in node_id):
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "field 'node_id': letters, digits, '-' and '_' only")
     hardware = message.hardware
+    run = token.control_run
     with transaction.atomic():
         node = WorkerNode.objects.select_for_update().filter(campaign=campaign, node_id=node_id).first()
         created = False
+        if run is not None:
+            other = WorkerNode.objects.filter(control_run=run).exclude(node_id=node_id).first()
+            if other is not None:
+                raise ProtocolError(
+                    ErrorCode.INVALID_TOKEN, f"this control's node is {other.node_id}, not {node_id}"
+                )
         if node is None:
             settings = campaign.settings
-            tier, reason = assign_tier(settings.tiers, hardware, message.preferred_tier or None)
-            replicate = new_node_replicate(campaign, tier, settings.replicates)
+            if run is not None:  # a campaign's control: its tier and arm are the control run's
+                tier, reason = run.tier, f"the {run.arm} control of {run.tier}, seed {run.seed}"
+                defaults = {"token": token, "tier": tier, "arm": run.arm, "control_run": run}
+            else:
+                tier, reason = assign_tier(settings.tiers, hardware, message.preferred_tier or None)
+                replicate = new_node_replicate(campaign, tier, settings.replicates)
+                defaults = {"token": token, "tier": tier, "replicate": replicate}
             # Insert-or-get: concurrent first hellos of one node id all land here; the unique
             # (campaign, node_id) index lets one insert win and the others read its row
             # (get_or_create retries the read after the IntegrityError, inside a savepoint).
             node, created = WorkerNode.objects.get_or_create(
-                campaign=campaign,
-                node_id=node_id,
-                defaults={"token": token, "tier": tier, "replicate": replicate},
+                campaign=campaign, node_id=node_id, defaults=defaults
             )
             if not created:
                 node = WorkerNode.objects.select_for_update().get(pk=node.pk)
@@ -110,6 +121,8 @@ def hello(message: Hello, limits: Limits) -> tuple[WorkerNode, Welcome]:
         limits=limits,
         reason=reason,
     )
+    if node.control_run is not None:
+        welcome.control = ControlInfo(arm=node.arm, seed=node.control_run.seed)
     return node, welcome
 
 

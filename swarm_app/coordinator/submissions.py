@@ -9,7 +9,8 @@ Order of checks, cheapest first, and what each costs the worker:
 4. question and ground truth equal the coordinator's own record (``ground_truth_mismatch``)
    and every claimed reward equals the verifier's (``reward_mismatch``).
 
-Failures of 4 count against the node; at the campaign's ``ban_threshold`` the node is banned and
+A campaign's control node is checked the same way; what differs is where it is stored
+(control_nodes.py: with the lease, never in the pool). Failures of 4 count against the node; at the campaign's ``ban_threshold`` the node is banned and
 its rollouts leave the pool; by its token's ``ban_scope``, the token too (bans.py). Nothing else changes on any failure. On success the rollouts enter
 the pool with the coordinator's rewards and advantages, in one transaction with the lease.
 
@@ -33,7 +34,7 @@ import msgspec
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from swarm_app.coordinator import leases, pool
+from swarm_app.coordinator import control_nodes, leases, pool
 from swarm_app.coordinator.bans import ban_node
 from swarm_app.coordinator.models import Lease, WorkerNode
 from swarm_app.coordinator.sql import bump
@@ -272,6 +273,9 @@ def _store(
             # Nobody in this campaign corrects for it: not kept (it is most of a record's size),
             # and without it the record is the version 1 layout that every worker reads.
             rollout.behaviour, rollout.schema_version = None, 1
+    if node.is_control:  # kept with its lease, out of every pool; it draws nothing (control_nodes.py)
+        stored_control = control_nodes.store_submission(node, lease_id, round, submission_id, ack)
+        return Submitted(ack, round, config) if stored_control else None
     count = Submitted(ack, round, config).external_count()
     order, first = pool.first_chunk(config, node.tier, count if draw else 0)
     try:

@@ -12,7 +12,7 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import WorkerToken
 from worker.shared.protocol import ErrorCode, ProtocolError
 
@@ -23,13 +23,17 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
 def create_token(
     campaign: Campaign, label: str = "", ban_scope: str = WorkerToken.BanScope.TOKEN
 ) -> tuple[WorkerToken, str]:
     """A new token for ``campaign``; returns it with the secret, which is never stored.
 
     ``ban_scope``: what a ban of one of its nodes bans (WorkerToken.BanScope)."""
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    secret = new_secret()
     token = WorkerToken.objects.create(
         campaign=campaign,
         label=label,
@@ -40,8 +44,29 @@ def create_token(
     return token, secret
 
 
+def renew_control_token(run: ControlRun) -> str:
+    """A new secret for the token of ``run``'s node (made with its first start): a copy of the
+    control started before cannot say hello again."""
+    secret = new_secret()
+    WorkerToken.objects.update_or_create(
+        control_run=run,
+        defaults={
+            "campaign_id": run.campaign_id,
+            "label": f"control {run.arm} {run.tier} seed {run.seed}",
+            "token_hash": digest(secret),
+            "prefix": secret[: len(TOKEN_PREFIX) + 6],
+            "ban_scope": WorkerToken.BanScope.NODE,
+        },
+    )
+    return secret
+
+
 def authenticate(secret: str) -> WorkerToken:
-    token = WorkerToken.objects.select_related("campaign").filter(token_hash=digest(secret)).first()
+    token = (
+        WorkerToken.objects.select_related("campaign", "control_run")
+        .filter(token_hash=digest(secret))
+        .first()
+    )
     if token is None:
         raise ProtocolError(
             ErrorCode.INVALID_TOKEN, "unknown worker token; ask the campaign's organizer for one"

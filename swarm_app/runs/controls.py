@@ -1,4 +1,4 @@
-"""Isolated controls: the same agent loop as a swarm node, sharing nothing, run by Celery.
+"""Isolated controls: worker nodes with an arm, started and supervised by Celery.
 
 For each tier and seed a campaign runs the controls it enabled (ControlsConfig; the kinds of
 worker/shared/arms.py, for the swarm's arm I/J):
@@ -11,267 +11,212 @@ worker/shared/arms.py, for the swarm's arm I/J):
 * *dyn* (I + J)/0-dyn: over-generation until I + J informative groups (at most 2 (I + J)
   questions): the same batch as the swarm bought with more generation (generation/questions).
 
-They use the campaign's own settings and :class:`worker.engine.agent.Agent` with a
-:class:`worker.engine.transport.LocalTransport` and no pool, so their only difference from a
-swarm node is that they share nothing. The training runs in a process of its own
-(``swarm-worker control``, control_process.py); this module keeps what touches the database.
+A control is a ``swarm-worker join`` process, like a volunteer's: the same program, websocket
+protocol, leases, verified submissions, metrics, checkpoints and liveness. Its token (one per
+control run, a new secret at every start: tokens.renew_control_token) tells the coordinator
+which control it is; the coordinator gives it its seed's paired questions, keeps its rollouts
+out of every pool, draws nothing for it and re-scores its reward (coordinator/control_nodes.py).
 
-Pairing: every kind of one seed uses the same agent id, the same question stream and the same
-generation seeds, so in round 0 they generate the very same first B groups; what differs
-afterwards comes from the arm alone.
+Celery runs each control as a task on the ``controls`` queue (:func:`run_control`): the task
+starts the node process on the machine of the Celery worker that took it, connected to the
+coordinator at ``settings.CONTROL_URL`` like any volunteer, and waits for it. Beat's
+housekeeping runs on the default queue, so a control never holds a slot that housekeeping needs
+(docs/deploy.md). The process's data directory (identity and checkpoint) is
+``<CONTROL_DATA_DIR>/campaign-<id>-<created>/control-<run id>/``; where several machines serve
+the queue, CONTROL_DATA_DIR must be a directory they share, so that a restarted control resumes
+from its checkpoint wherever it restarts.
 
-Surviving a dead Celery worker, without relying on broker redelivery (Redis redelivers an
-unacked task only after its visibility timeout, an hour):
+Pairing: every kind of one seed answers the same questions (the paired stream) with the same
+generation seeds (the agent's ``seed_id``, ``control-<tier>-seed<seed>``), so in round 0 they
+generate the very same first B groups; what differs afterwards comes from the arm alone.
 
-* every round ends with the metrics stored (idempotent per round) and then a checkpoint, so a
-  restarted run repeats at most the round it was killed in;
-* a heartbeat thread touches ``updated_at`` and extends the claim every few seconds, also
-  while the campaign is paused and during a long round;
-* beat's :func:`requeue_stale` re-enqueues runs whose heartbeat is older than
-  :func:`stale_seconds` (30 s by default);
-* :func:`claim` is an atomic compare-and-set on ``claimed_by``/``lease_until``, so two copies
-  of one run (a re-enqueued task and a redelivered one) never train at once; a copy that loses
-  its claim stops before writing anything.
+Surviving a dead node:
+
+* the node checkpoints every round before it reports the round (worker/client/volunteer.py),
+  so a restarted node repeats at most the round it was killed in, with the same questions and
+  seeds, and no round is missing or stored twice (a report replaces the round's one row);
+* a node process that exits before the campaign's rounds are done is started again, by a new
+  task on the ``controls`` queue (any Celery worker of it), at most ``CONTROL_MAX_STARTS``
+  times; then the control fails, and the campaign with it;
+* a Celery worker that dies with its node leaves the node offline (the nodes' one notion of
+  liveness, coordinator/liveness.py): beat's :func:`requeue_offline` starts it again;
+* a run has one current task (``ControlRun.task_id``): a superseded or redelivered copy starts
+  nothing, nor does any task while the control's node is connected.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
+import os
+import signal
+import subprocess
 import threading
-import time
-import traceback
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import F, Q
-from django.utils import timezone
+from django.db.models import F
 
 from swarm_app.campaigns.broadcast import broadcast_refresh
-from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import Campaign, ControlRun
+from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.tokens import renew_control_token
 from swarm_app.runs import lifecycle
-from swarm_app.runs.control_process import ControlProcess, ControlProcessError
+from swarm_app.runs.local_workers import model_cache, training_command
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 1.0  # while the campaign is paused
+POLL_SECONDS = 1.0  # how often a task looks at its node process and at a shutdown
+STOP_SECONDS = 60.0  # a node asked to stop (SIGTERM: it checkpoints) gets this long
 
-
-def stale_seconds() -> float:
-    """A running control without a heartbeat for this long is re-enqueued, and its claim may be
-    taken over (settings.CONTROL_STALE_SECONDS, 30 s by default)."""
-    return float(getattr(settings, "CONTROL_STALE_SECONDS", 30.0))
-
-
-def heartbeat_seconds() -> float:
-    return min(5.0, stale_seconds() / 4)
-
-
-# Set by the Celery worker's shutdown signal: finish the round, checkpoint, hand the run back.
+# Set by the Celery worker's shutdown signal: the node processes stop cleanly, the runs go back
+# in the queue.
 SHUTDOWN = threading.Event()
 
 RunState = ControlRun.State
-ACTIVE = (RunState.QUEUED, RunState.RUNNING)
 
 
-def checkpoint_path(run: ControlRun) -> Path:
-    """``<DATA_DIR>/checkpoints/controls/campaign-<id>-<created>/<run id>.pt``: the creation time
-    keeps a recreated database (ids starting over) from resuming someone else's weights."""
+def data_dir(run: ControlRun) -> Path:
+    """The control's node data directory; the campaign's creation time keeps a recreated
+    database (ids starting over) from resuming someone else's weights."""
     campaign = run.campaign
     folder = f"campaign-{campaign.pk}-{campaign.created_at:%Y%m%dT%H%M%S%f}"
-    return Path(settings.DATA_DIR) / "checkpoints" / "controls" / folder / f"{run.pk}.pt"
+    return Path(settings.CONTROL_DATA_DIR) / folder / f"control-{run.pk}"
 
 
-def default_owner(task_id: str | None) -> str:
-    import os
-
-    return f"{socket.gethostname()}:{os.getpid()}:{task_id or 'direct'}"
+def node_id(run: ControlRun) -> str:
+    return f"control-{run.pk}"
 
 
-# --- the claim -------------------------------------------------------------------------------
-
-
-def claim(run_id: int, owner: str) -> bool:
-    """Take the run for ``owner`` if nobody holds it (or the holder's lease ran out)."""
-    now = timezone.now()
-    free = Q(claimed_by="") | Q(lease_until__lt=now) | Q(claimed_by=owner)
-    return bool(
-        ControlRun.objects.filter(pk=run_id, state__in=ACTIVE)
-        .filter(free)
-        .update(
-            claimed_by=owner,
-            lease_until=now + timedelta(seconds=stale_seconds()),
-            state=RunState.RUNNING,
-            attempts=F("attempts") + 1,
-            updated_at=now,
+def start_node(run: ControlRun, secret: str) -> subprocess.Popen[bytes]:
+    """The control's ``swarm-worker join`` process, logging to ``node.log`` in its data directory."""
+    folder = data_dir(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        *training_command(settings.CONTROL_PYTHON, settings.CONTROL_URL, folder),
+        "--node-id",
+        node_id(run),
+    ]
+    env = {**os.environ, "SWARM_TOKEN": secret, "SWARM_MODEL_CACHE": str(model_cache())}
+    with open(folder / "node.log", "ab") as out:
+        # process_group=0: its own process group in the Celery worker's session (a terminal's
+        # Ctrl-C reaches the worker, which stops it cleanly; no session of its own, which the
+        # scheduler would give a whole share of the CPU: docs/deploy.md).
+        return subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0
         )
-    )
 
 
-def touch(run_id: int, owner: str) -> bool:
-    """Heartbeat: renew the claim; False when another task took the run over."""
-    now = timezone.now()
-    return bool(
-        ControlRun.objects.filter(pk=run_id, claimed_by=owner).update(
-            updated_at=now, lease_until=now + timedelta(seconds=stale_seconds())
-        )
-    )
+def log_tail(run: ControlRun) -> str:
+    try:
+        return (data_dir(run) / "node.log").read_text(errors="replace")[-4000:]
+    except OSError:
+        return ""
 
 
-def release(run_id: int, owner: str, **fields) -> None:
-    ControlRun.objects.filter(pk=run_id, claimed_by=owner).update(
-        claimed_by="", lease_until=None, updated_at=timezone.now(), **fields
-    )
+def run_control(run_id: int, task_id: str) -> str:
+    """Run the control's node to its end; returns how this task ended.
 
-
-class Heartbeat(threading.Thread):
-    """Keeps the claim alive while the main thread generates or trains (a round can be long)."""
-
-    def __init__(self, run_id: int, owner: str, interval: float | None = None) -> None:
-        super().__init__(name=f"control-{run_id}-heartbeat", daemon=True)
-        self.run_id, self.owner = run_id, owner
-        self.interval = interval or heartbeat_seconds()
-        self.stopping = threading.Event()
-        self.lost = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.wait(self.interval):
-                try:
-                    if not touch(self.run_id, self.owner):
-                        self.lost.set()
-                        return
-                except Exception:  # a locked database for a moment is no reason to give up the run
-                    log.exception("control %s: heartbeat failed", self.run_id)
-        finally:
-            connection.close()  # this thread's own connection
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=self.interval + 5)
-
-
-# --- the run ---------------------------------------------------------------------------------
-
-
-def run_control(run_id: int, owner: str) -> str:
-    """Run (or resume) one control to the campaign's rounds; returns how it ended.
-
-    Outcomes: ``missing`` (no such run), ``busy`` (another task holds it, or it is finished),
-    ``completed``, ``stopped`` (the campaign ended first), ``paused-shutdown`` (the Celery worker
-    is shutting down; the run was handed back and re-enqueued), ``lost`` (another task took it
-    over), ``failed``.
+    Outcomes: ``missing`` (no such run), ``superseded`` (another task is the run's current
+    one), ``busy`` (its node is connected: another copy runs it), ``done`` (finished before),
+    ``completed``, ``stopped`` (the campaign ended first), ``paused-shutdown`` (the Celery
+    worker is shutting down; the run went back in the queue), ``restarted`` (the node exited
+    early; a new task starts it again), ``failed``.
     """
-    if not ControlRun.objects.filter(pk=run_id).exists():
+    run = ControlRun.objects.select_related("campaign").filter(pk=run_id).first()
+    if run is None:
         return "missing"
-    if not claim(run_id, owner):
-        return "busy"
-    run = ControlRun.objects.select_related("campaign").get(pk=run_id)
-    if run.campaign.is_finished:  # stopped before this task's turn came: no model to load
-        release(run_id, owner, state=RunState.STOPPED)
+    if run.task_id != task_id:
+        return "superseded"
+    if run.state in (RunState.COMPLETED, RunState.FAILED, RunState.STOPPED):
+        return "done"
+    if run.campaign.is_finished:
+        ControlRun.objects.filter(pk=run.pk).update(state=RunState.STOPPED)
         return "stopped"
-    heartbeat = Heartbeat(run_id, owner)
-    heartbeat.start()
-    try:
-        return _loop(run, owner, heartbeat)
-    except Exception as error:
-        # The training process reports its own "Type: message" and traceback.
-        training = isinstance(error, ControlProcessError)
-        detail = str(error) if training else f"{type(error).__name__}: {error}"
-        reason = f"control {run.arm}/{run.tier}/seed {run.seed} failed: {detail}"
-        trace = error.details if training else traceback.format_exc()
-        log.error("%s\n%s", reason, trace)
-        release(run_id, owner, state=RunState.FAILED, error=trace[-4000:])
-        lifecycle.fail(run.campaign, reason)
-        return "failed"
-    finally:
-        heartbeat.stop()
-        # Whatever happened, never leave a claim behind that blocks the next attempt.
-        release(run_id, owner)
-
-
-def _finish(run: ControlRun, owner: str, state: str) -> str:
-    release(run.pk, owner, state=state)
+    if (
+        WorkerNode.objects.filter(control_run=run, connected=True)
+        .exclude(state=WorkerNode.State.OFFLINE)
+        .exists()
+    ):
+        return "busy"
+    secret = renew_control_token(run)
+    ControlRun.objects.filter(pk=run.pk).update(state=RunState.RUNNING, attempts=F("attempts") + 1)
     broadcast_refresh(run.campaign_id)
-    if state == RunState.COMPLETED:
-        lifecycle.complete_if_done(Campaign.objects.get(pk=run.campaign_id))
-    return state
+    process = start_node(run, secret)
+    log.info("control %s (%s %s seed %s): node pid %s", run.pk, run.arm, run.tier, run.seed, process.pid)
+    code = _wait(process)
+    return _ended(run, task_id, code)
 
 
-def _loop(run: ControlRun, owner: str, heartbeat: Heartbeat) -> str:
-    process, ready = ControlProcess.start(run, checkpoint_path(run))
-    try:
-        return _rounds(run, owner, heartbeat, process, ready["round"], ready["resumed"])
-    finally:
-        process.close()
-
-
-def _rounds(
-    run: ControlRun, owner: str, heartbeat: Heartbeat, process: ControlProcess, next_round: int, resumed: bool
-) -> str:
-    campaign = run.campaign
-    rounds = campaign.settings.rounds
-    if resumed:
-        log.info("control %s: resumed at round %d from %s", run.pk, next_round, checkpoint_path(run))
-    ControlRun.objects.filter(pk=run.pk).update(
-        resumed_from=next_round if resumed else None, round=next_round
-    )
-    broadcast_refresh(campaign.pk)
+def _wait(process: subprocess.Popen[bytes]) -> int:
+    """The node's exit status; on the Celery worker's shutdown, it is asked to stop first."""
     while True:
-        if heartbeat.lost.is_set():
-            return "lost"
-        state = Campaign.objects.values_list("state", flat=True).get(pk=campaign.pk)
-        if next_round >= rounds:
-            return _finish(run, owner, RunState.COMPLETED)
-        if state in Campaign.FINISHED:
-            return _finish(run, owner, RunState.STOPPED)
-        if SHUTDOWN.is_set():
-            release(run.pk, owner, state=RunState.QUEUED)
-            lifecycle.enqueue_control(run)
-            return "paused-shutdown"
-        if state != Campaign.State.RUNNING:  # paused (or not yet launched): wait, heartbeating
-            time.sleep(POLL_SECONDS)
-            continue
-        metrics = process.run_round()
-        if heartbeat.lost.is_set():  # another copy owns the run now: write nothing
-            return "lost"
-        record_control_metrics(run, next_round, metrics)
-        process.save()
-        next_round += 1
-        if not touch(run.pk, owner):
-            return "lost"
+        try:
+            return process.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            if SHUTDOWN.is_set():
+                process.send_signal(signal.SIGTERM)  # it finishes cleanly and checkpoints
+                try:
+                    return process.wait(timeout=STOP_SECONDS)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    return process.wait()
+
+
+def _ended(run: ControlRun, task_id: str, code: int) -> str:
+    run.refresh_from_db()
+    campaign = Campaign.objects.get(pk=run.campaign_id)
+    if run.task_id != task_id:  # requeued meanwhile (its node went offline): the new task owns it
+        return "superseded"
+    if run.state == RunState.COMPLETED or run.round >= campaign.settings.rounds:
+        ControlRun.objects.filter(pk=run.pk).update(state=RunState.COMPLETED)
+        broadcast_refresh(run.campaign_id)
+        lifecycle.complete_if_done(campaign)
+        return "completed"
+    if campaign.is_finished:
+        ControlRun.objects.filter(pk=run.pk).update(state=RunState.STOPPED)
+        broadcast_refresh(run.campaign_id)
+        return "stopped"
+    if SHUTDOWN.is_set():
+        ControlRun.objects.filter(pk=run.pk).update(state=RunState.QUEUED)
+        lifecycle.enqueue_control(run)
+        return "paused-shutdown"
+    tail = log_tail(run)
+    if run.attempts < settings.CONTROL_MAX_STARTS:
+        log.warning(
+            "control %s: its node exited with status %s at round %s; starting it again",
+            run.pk,
+            code,
+            run.round,
+        )
+        ControlRun.objects.filter(pk=run.pk).update(state=RunState.QUEUED, error=tail)
+        lifecycle.enqueue_control(run)
+        return "restarted"
+    reason = (
+        f"control {run.arm}/{run.tier}/seed {run.seed} failed: its node exited with status {code} "
+        f"{run.attempts} times, last at round {run.round}"
+    )
+    log.error("%s\n%s", reason, tail)
+    ControlRun.objects.filter(pk=run.pk).update(state=RunState.FAILED, error=tail)
+    lifecycle.fail(campaign, reason)
+    return "failed"
 
 
 # --- beat --------------------------------------------------------------------------------------
 
 
-def requeue_stale(seconds: float | None = None) -> list[int]:
-    """Re-enqueue running controls whose heartbeat stopped (their Celery worker died).
-
-    Runs of campaigns that ended meanwhile are closed instead of re-enqueued.
-    """
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=seconds or stale_seconds())
+def requeue_offline() -> list[int]:
+    """Start again the running controls whose node went offline (its process and, with it, the
+    Celery worker supervising it died): by the nodes' own liveness. Runs of campaigns that ended
+    meanwhile are closed instead."""
     requeued = []
-    for run in ControlRun.objects.filter(state=RunState.RUNNING, updated_at__lt=cutoff).select_related(
-        "campaign"
-    ):
-        stale = ControlRun.objects.filter(pk=run.pk, state=RunState.RUNNING, updated_at__lt=cutoff)
+    offline = ControlRun.objects.filter(state=RunState.RUNNING, node__state=WorkerNode.State.OFFLINE)
+    for run in offline.select_related("campaign"):
         if run.campaign.is_finished:
             done = run.round >= run.campaign.settings.rounds
-            stale.update(
-                state=RunState.COMPLETED if done else RunState.STOPPED,
-                claimed_by="",
-                lease_until=None,
-                updated_at=now,
-            )
+            offline.filter(pk=run.pk).update(state=RunState.COMPLETED if done else RunState.STOPPED)
             continue
-        # Reset the claim: if the old task is merely slow, its next heartbeat fails and it stops.
-        if stale.update(state=RunState.QUEUED, claimed_by="", lease_until=None, updated_at=now):
-            log.warning("control %s: no heartbeat since %s; re-enqueued", run.pk, run.updated_at)
+        if offline.filter(pk=run.pk).update(state=RunState.QUEUED):
+            log.warning("control %s: its node is offline; starting it again", run.pk)
             lifecycle.enqueue_control(run)
             requeued.append(run.pk)
     return requeued

@@ -152,8 +152,8 @@ def fail(campaign: Campaign, reason: str) -> Campaign:
 
 
 def is_complete(campaign: Campaign) -> bool:
-    """Some node finished the campaign's rounds, no live node is still short of them, and every
-    control finished.
+    """Some swarm node finished the campaign's rounds, no live swarm node is still short of them,
+    and every control finished.
 
     A node that finished counts even after it went offline (a worker leaves when it is done).
     Offline and banned nodes short of the rounds do not hold a campaign open: a volunteer who
@@ -161,7 +161,7 @@ def is_complete(campaign: Campaign) -> bool:
     """
 
     rounds = campaign.settings.rounds
-    nodes = WorkerNode.objects.filter(campaign=campaign).exclude(state=WorkerNode.State.BANNED)
+    nodes = WorkerNode.objects.filter(campaign=campaign, arm=Arm.SWARM).exclude(state=WorkerNode.State.BANNED)
     if not nodes.filter(round__gte=rounds).exists():
         return False
     if nodes.filter(round__lt=rounds).exclude(state=WorkerNode.State.OFFLINE).exists():

@@ -29,6 +29,30 @@ def model_cache() -> Path:
     return model_cache_dir(Path(settings.DATA_DIR))
 
 
+def training_command(python: str, url: str, data_dir: Path, nodes: int = 1) -> list[str]:
+    """The ``swarm-worker join`` command of every training process this coordinator, its Celery
+    workers or the demo start on a machine: ``nodes`` nodes (one by default, as every control
+    runs), one torch thread, and the niceness ``settings.TRAINING_NICE``, so that training
+    shares the cores equally per agent and yields to the coordinator's own processes, which
+    are latency-bound (docs/deploy.md, "Fair compute on one machine")."""
+    return [
+        python,
+        "-m",
+        "worker.cli",
+        "join",
+        url,
+        "--data-dir",
+        str(data_dir),
+        "--nodes",
+        str(nodes),
+        "--no-status",
+        "--threads",
+        "1",
+        "--nice",
+        str(settings.TRAINING_NICE),
+    ]
+
+
 def local_workers_allowed() -> bool:
     return bool(getattr(settings, "SWARM_ALLOW_LOCAL_WORKERS", False))
 
@@ -48,7 +72,6 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
     env = {
         **os.environ,
         "SWARM_TOKEN": secret,
-        "SWARM_TORCH_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
         # The coordinator's model cache (where its controls find the tiers), not one per worker
         # data directory, which would build every tiny tier again for each worker.
@@ -59,22 +82,16 @@ def start_local_workers(campaign: Campaign, count: int, base_url: str, secret: s
         data_dir = root / f"worker-{index}"
         data_dir.mkdir(parents=True, exist_ok=True)
         with open(data_dir / "worker.log", "ab") as out:
+            # process_group=0, not a session of its own: the scheduler gives every session an
+            # equal share of the CPU (autogroup), whatever runs in it (docs/deploy.md). It
+            # outlives the request anyway, and stops by itself at the campaign's end.
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "worker.cli",
-                    "join",
-                    base_url,
-                    "--data-dir",
-                    str(data_dir),
-                    "--no-status",
-                ],
+                training_command(sys.executable, base_url, data_dir),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,  # outlives the request; stopped by the campaign's end
+                process_group=0,
             )
         # Reap it when it exits, so a long-lived coordinator collects no zombies.
         threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()

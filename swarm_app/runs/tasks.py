@@ -1,4 +1,6 @@
-"""Celery tasks of campaigns: the isolated-control runs, and beat's housekeeping.
+"""Celery tasks of campaigns: the isolated controls' nodes (queue ``controls``), and beat's
+housekeeping (the default queue, ``celery``: never behind a control, which holds its slot for the
+whole campaign; settings.CELERY_TASK_ROUTES).
 
 The tasks are thin: the work is in plain functions (controls.py, lifecycle.py, campaigns/rollups.py)
 that tests call directly.
@@ -17,13 +19,13 @@ from swarm_app.runs import controls, lifecycle
 
 @shared_task(name="campaigns.run_control", bind=True, ignore_result=True)
 def run_control(self, run_id: int) -> str:
-    """One control run, to the end of the campaign (long-running; resumable; idempotent)."""
-    return controls.run_control(run_id, controls.default_owner(self.request.id))
+    """One control's node, to the end of the campaign (long-running; restartable; idempotent)."""
+    return controls.run_control(run_id, self.request.id)
 
 
-@shared_task(name="campaigns.requeue_stale_controls", ignore_result=True)
-def requeue_stale_controls() -> list[int]:
-    return controls.requeue_stale()
+@shared_task(name="campaigns.requeue_offline_controls", ignore_result=True)
+def requeue_offline_controls() -> list[int]:
+    return controls.requeue_offline()
 
 
 @shared_task(name="campaigns.complete_finished", ignore_result=True)
@@ -45,5 +47,5 @@ def rebuild_rollups(campaign_id: int) -> None:
 
 @worker_shutting_down.connect
 def _hand_back_controls(**_: Any) -> None:
-    """A warm shutdown lets the running control finish its round, checkpoint and re-enqueue."""
+    """A warm shutdown stops the control nodes cleanly (they checkpoint) and re-enqueues them."""
     controls.SHUTDOWN.set()

@@ -25,6 +25,7 @@ from __future__ import annotations
 from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
+from swarm_app.campaigns.models import Arm
 from swarm_app.coordinator.models import NodeCredit, WorkerNode
 
 GROUPS_DRAWN = Coalesce(F("helpfulness__groups_drawn"), 0)
@@ -48,8 +49,8 @@ def credit_of(node: WorkerNode) -> int:
 
 
 def counted_nodes(**filters) -> QuerySet[WorkerNode]:
-    """Nodes whose credit counts: not banned."""
-    return WorkerNode.objects.filter(**filters).exclude(state=WorkerNode.State.BANNED)
+    """Nodes whose credit counts: volunteers' (no campaign control), not banned."""
+    return WorkerNode.objects.filter(arm=Arm.SWARM, **filters).exclude(state=WorkerNode.State.BANNED)
 
 
 def node_ranking(campaign_id: int) -> QuerySet[WorkerNode]:

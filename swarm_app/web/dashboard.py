@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from swarm_app.campaigns.models import Campaign, ControlRun, RoundAggregate, RoundMetrics
+from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import MECHANISM_KEYS, refresh_rollups
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.core.names import control_label, node_label
@@ -201,7 +201,7 @@ def agent_choices(campaign: Campaign, limit: int = 2000) -> list[dict[str, str]]
     """Agents a viewer can pick a curve for: workers and control runs."""
 
     nodes = (
-        WorkerNode.objects.filter(campaign=campaign)
+        WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign)
         .order_by("node_id")
         .values_list("node_id", "tier", "token__owner__volunteer__display_name")
     )

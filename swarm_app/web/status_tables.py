@@ -130,7 +130,7 @@ def worker_status(state: str, connected: bool, round_: int, rounds: int) -> str:
 def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     rounds = int(campaign.config.get("rounds", 0))
-    nodes = WorkerNode.objects.filter(campaign=campaign).order_by("-round", "node_id")
+    nodes = WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign).order_by("-round", "node_id")
     if node_ids is not None:
         nodes = nodes.filter(node_id__in=list(node_ids))
     return [
@@ -183,7 +183,7 @@ def worker_status_counts(campaign: Campaign) -> dict[str, int]:
 
     rounds = int(campaign.config.get("rounds", 0))
     rows = (
-        WorkerNode.objects.filter(campaign=campaign)
+        WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign)
         .annotate(done=ExpressionWrapper(Q(round__gte=max(rounds, 1)), output_field=BooleanField()))
         .values_list("state", "connected", "done")
         .annotate(n=Count("id"))
@@ -201,11 +201,16 @@ def worker_status_counts(campaign: Campaign) -> dict[str, int]:
 def worker_counts(campaign: Campaign) -> dict[str, int]:
 
     counts = dict(
-        WorkerNode.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by()
+        WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .order_by()
     )
-    counts["connected"] = WorkerNode.objects.filter(campaign=campaign, connected=True).count()
+    counts["connected"] = WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign, connected=True).count()
     rounds = int(campaign.config.get("rounds", 0))
-    finished = WorkerNode.objects.filter(campaign=campaign, connected=False, round__gte=max(rounds, 1))
+    finished = WorkerNode.objects.filter(
+        arm=Arm.SWARM, campaign=campaign, connected=False, round__gte=max(rounds, 1)
+    )
     if finished.exists():
         counts["finished"] = finished.exclude(state="banned").count()
     return counts
@@ -254,11 +259,14 @@ def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
             "round": run.round,
             "rounds": rounds,
             "attempts": run.attempts,
-            "resumed_from": run.resumed_from,
+            # its node's liveness (coordinator/liveness.py), as the workers table shows a node's
+            "node_state": run.node.state if hasattr(run, "node") else None,
             "error": run.error.strip().splitlines()[-1] if run.error.strip() else "",
             "updated_at": run.updated_at.isoformat(),
         }
-        for run in ControlRun.objects.filter(campaign=campaign).order_by("tier", "arm", "seed")
+        for run in ControlRun.objects.filter(campaign=campaign)
+        .select_related("node")
+        .order_by("tier", "arm", "seed")
     ]
 
 
@@ -289,19 +297,21 @@ def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], di
 
     ids = [c.pk for c in campaigns]
     live = dict(
-        WorkerNode.objects.filter(campaign_id__in=ids, connected=True, state=WorkerNode.State.HEALTHY)
+        WorkerNode.objects.filter(
+            arm=Arm.SWARM, campaign_id__in=ids, connected=True, state=WorkerNode.State.HEALTHY
+        )
         .values_list("campaign_id")
         .annotate(n=Count("id"))
         .order_by()
     )
     total = dict(
-        WorkerNode.objects.filter(campaign_id__in=ids)
+        WorkerNode.objects.filter(arm=Arm.SWARM, campaign_id__in=ids)
         .values_list("campaign_id")
         .annotate(n=Count("id"))
         .order_by()
     )
     progress = dict(
-        WorkerNode.objects.filter(campaign_id__in=ids)
+        WorkerNode.objects.filter(arm=Arm.SWARM, campaign_id__in=ids)
         .values_list("campaign_id")
         .annotate(r=Avg("round"))
         .order_by()

@@ -207,7 +207,7 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
         "campaigns/tokens.html",
         {
             "campaign": campaign,
-            "tokens": campaign.tokens.order_by("-created_at"),
+            "tokens": campaign.tokens.filter(control_run=None).order_by("-created_at"),
             "form": form,
             "secret": secret,
             # The address volunteers reach, from the setting; the browsing host only as a
@@ -231,7 +231,7 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
 def token_revoke(request: HttpRequest, pk: int, token_id: int) -> HttpResponse:
 
     campaign = get_object_or_404(Campaign, pk=pk)
-    token = get_object_or_404(campaign.tokens, pk=token_id)
+    token = get_object_or_404(campaign.tokens.filter(control_run=None), pk=token_id)
     revoke(token)
     messages.success(
         request,

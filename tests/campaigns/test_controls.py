@@ -1,332 +1,229 @@
-"""Isolated controls: the same engine as a node with J = 0, paired arms, checkpoints, the claim
-that keeps two copies of a run apart, and a real Celery worker killed and restarted mid-run."""
+"""Isolated controls are worker nodes: Celery starts them on the ``controls`` queue as
+``swarm-worker join`` processes; they speak the protocol, are re-scored by the coordinator, keep
+their rollouts out of every pool, pair their arms, survive a SIGKILL from their checkpoint on
+either of two Celery workers, and never hold up beat's housekeeping."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
-import sys
-import threading
 import time
-from datetime import timedelta
+from datetime import datetime
+from pathlib import Path
 
+import psutil
 import pytest
-from django.db import connection
-from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.celery import app as celery_app
-from swarm_app.runs import controls, lifecycle
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.tokens import renew_control_token
+from swarm_app.runs import lifecycle
+from swarm_app.web import dashboard
+from tests.coordinator.helpers import honest_rollouts, run
 from tests.factories import tiny_campaign_config
 from tests.servers import celery_worker
+from tests.wsclient import RawSession
 from worker.shared.campaign import ControlsConfig
+from worker.shared.paired import control_stream, round_refs
 
 pytestmark = pytest.mark.slow
 
 
-def tiny_campaign(rounds: int, state: str = Campaign.State.RUNNING, seeds: int = 1) -> Campaign:
-    config = tiny_campaign_config(
-        rounds, max_new_tokens=8, controls=ControlsConfig(isolated=True, filtered=True, seeds=seeds)
-    )
-    return Campaign.objects.create(name="controls", state=state, config=config.to_json())
+def campaign_of(rounds: int, controls: ControlsConfig, name: str = "controls", **overrides) -> Campaign:
+    config = tiny_campaign_config(rounds, max_new_tokens=8, controls=controls, **overrides)
+    return Campaign.objects.create(name=name, state=Campaign.State.PENDING, config=config.to_json())
 
 
-def wait_for(condition, timeout: float, what: str, log=None) -> None:
+def wait_for(condition, timeout: float, what: str, *logs: Path) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
+            tails = "\n".join(f"--- {log}\n{log.read_text()[-3000:]}" for log in logs if log.exists())
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
         time.sleep(0.3)
 
 
+def states(campaign: Campaign) -> set[str]:
+    return set(ControlRun.objects.filter(campaign=campaign).values_list("state", flat=True))
+
+
+def rewards_by_round(run: ControlRun) -> list[tuple[int, float]]:
+    return list(RoundMetrics.objects.filter(control_run=run).order_by("round").values_list("round", "reward"))
+
+
 @pytest.fixture
-def checkpoints(settings, tmp_path, monkeypatch, tiny_1m_dir):
-    """Checkpoints in this test's directory; models from the shared cache."""
-    settings.DATA_DIR = tmp_path
-    monkeypatch.setenv("SWARM_MODEL_CACHE", str(tiny_1m_dir.parent))
-    return tmp_path / "checkpoints" / "controls"
-
-
-# --- the claim ----------------------------------------------------------------------------------
-
-
-def test_a_run_is_claimed_by_one_task_at_a_time(db, settings):
-    settings.CONTROL_STALE_SECONDS = 30
-    campaign = tiny_campaign(3)
-    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
-    assert controls.claim(run.pk, "task-a")
-    assert not controls.claim(run.pk, "task-b")  # held
-    assert controls.touch(run.pk, "task-a") and not controls.touch(run.pk, "task-b")
-    ControlRun.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert controls.claim(run.pk, "task-b")  # the holder's lease ran out: taken over
-    assert not controls.touch(run.pk, "task-a")  # the old holder learns it lost the run
-    run.refresh_from_db()
-    assert (run.claimed_by, run.attempts, run.state) == ("task-b", 2, "running")
-    controls.release(run.pk, "task-b", state=ControlRun.State.COMPLETED)
-    assert not controls.claim(run.pk, "task-c")  # finished runs are never claimed again
-    assert controls.run_control(run.pk, "task-c") == "busy"
-    assert controls.run_control(10**9, "task-c") == "missing"  # a task of a deleted campaign
-
-
-def test_stale_runs_are_requeued_and_those_of_ended_campaigns_closed(db, monkeypatch):
-    enqueued = []
-    monkeypatch.setattr(lifecycle, "enqueue_control", lambda run: enqueued.append(run.pk))
-    live = tiny_campaign(3)
-    ended = tiny_campaign(3, state=Campaign.State.STOPPED)
-    old = timezone.now() - timedelta(minutes=5)
-    stale = ControlRun.objects.create(campaign=live, tier="tiny-1m", arm="isolated", seed=0, state="running")
-    fresh = ControlRun.objects.create(campaign=live, tier="tiny-1m", arm="filtered", seed=0, state="running")
-    orphan = ControlRun.objects.create(
-        campaign=ended, tier="tiny-1m", arm="isolated", seed=0, state="running"
-    )
-    ControlRun.objects.filter(pk__in=[stale.pk, orphan.pk]).update(
-        updated_at=old, claimed_by="dead", lease_until=old
-    )
-    assert controls.requeue_stale() == [stale.pk] and enqueued == [stale.pk]
-    stale.refresh_from_db()
-    orphan.refresh_from_db()
-    fresh.refresh_from_db()
-    assert (stale.state, stale.claimed_by) == ("queued", "")
-    assert orphan.state == "stopped" and fresh.state == "running"
-    assert controls.requeue_stale() == []  # re-enqueued once, not on every beat
-
-
-# --- the run, in this process -------------------------------------------------------------------
-
-
-def test_controls_train_paired_arms_checkpoint_and_resume(transactional_db, checkpoints):
-    campaign = tiny_campaign(3)
-    isolated = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
-    filtered = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="filtered", seed=0)
-    assert controls.run_control(isolated.pk, "owner") == "completed"
-    assert controls.run_control(filtered.pk, "owner") == "completed"
-    rows = {
-        (m.arm, m.round): m
-        for m in RoundMetrics.objects.filter(campaign=campaign).select_related("control_run")
+def control_env(coordinator, tiny_1m_dir, tmp_path) -> dict[str, str]:
+    """What a Celery worker of the controls queue needs: the coordinator's address, the shared
+    models, and one directory for the controls' nodes that every worker of the queue shares."""
+    celery_app.control.purge()
+    return {
+        "SWARM_CONTROL_URL": coordinator,
+        "SWARM_MODEL_CACHE": str(tiny_1m_dir.parent),
+        "SWARM_CONTROL_DATA_DIR": str(tmp_path / "controls"),
     }
-    assert sorted(rows) == [(arm, r) for arm in ("filtered", "isolated") for r in range(3)]
-    # Paired: the same questions, weights and generation seeds, so round 0 is identical.
-    assert rows[("isolated", 0)].reward == rows[("filtered", 0)].reward
-    assert (
-        rows[("isolated", 0)].metrics["completions/mean_length"]
-        == rows[("filtered", 0)].metrics["completions/mean_length"]
-    )
-    for (arm, _), row in rows.items():
-        assert row.agent == f"control:{row.control_run_id}" and row.tier == "tiny-1m"
-        assert row.metrics["batch/external_used"] == 0  # J = 0
-        assert row.metrics["batch/local_used"] <= 4  # I + J of the campaign
-        if arm == "isolated":
-            assert row.metrics["batch/local_used"] == 4 and row.metrics["filtered/local"] == 0
-    isolated.refresh_from_db()
-    assert (isolated.state, isolated.round, isolated.claimed_by, isolated.resumed_from) == (
-        "completed",
-        3,
-        "",
-        None,
-    )
-    assert controls.checkpoint_path(isolated).exists()
-    assert controls.checkpoint_path(isolated).is_relative_to(checkpoints)
-    # Two more rounds: the run resumes from its checkpoint at round 3, not from scratch.
-    config = campaign.config | {"rounds": 5}
-    Campaign.objects.filter(pk=campaign.pk).update(config=config)
-    ControlRun.objects.filter(pk=isolated.pk).update(state="queued")
-    assert controls.run_control(isolated.pk, "owner-2") == "completed"
-    isolated.refresh_from_db()
-    assert (isolated.resumed_from, isolated.round, isolated.attempts) == (3, 5, 2)
-    assert RoundMetrics.objects.filter(control_run=isolated).count() == 5
 
 
-def test_a_paused_control_waits_heartbeating_and_a_stopped_one_exits(transactional_db, checkpoints, settings):
-    settings.CONTROL_STALE_SECONDS = 2.0  # heartbeat every 0.5 s
-    campaign = tiny_campaign(50, state=Campaign.State.PAUSED)
-    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
-    outcome = []
-
-    def target() -> None:
-        try:
-            outcome.append(controls.run_control(run.pk, "owner"))
-        finally:
-            connection.close()  # this thread's own (Celery's Django fixup does it for tasks)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    try:
-        wait_for(lambda: ControlRun.objects.get(pk=run.pk).state == "running", 60, "the claim")
-        first = ControlRun.objects.get(pk=run.pk).updated_at
-        time.sleep(2.5)
-        run.refresh_from_db()
-        assert run.updated_at > first  # heartbeating while it waits
-        assert not RoundMetrics.objects.filter(campaign=campaign).exists()  # paused: no rounds
-        Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.RUNNING)
-        wait_for(lambda: RoundMetrics.objects.filter(campaign=campaign).count() >= 2, 60, "two rounds")
-        lifecycle.stop(Campaign.objects.get(pk=campaign.pk))
-        thread.join(timeout=60)
-    finally:
-        Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.STOPPED)
-        thread.join(timeout=60)
-    assert outcome == ["stopped"]
-    run.refresh_from_db()
-    assert run.state == "stopped" and run.claimed_by == "" and 2 <= run.round < 50
-
-
-def test_a_crashing_control_fails_the_campaign_with_its_reason(transactional_db, checkpoints):
-    """The training process's own error reaches the campaign: a damaged checkpoint."""
-    campaign = tiny_campaign(3)
-    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="filtered", seed=0)
-    path = controls.checkpoint_path(run)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"not a checkpoint")
-    assert controls.run_control(run.pk, "owner") == "failed"
-    run.refresh_from_db()
-    campaign.refresh_from_db()
-    assert run.state == "failed" and "agent.load(spec.checkpoint)" in run.error  # its traceback
-    assert campaign.state == Campaign.State.FAILED
-    assert campaign.failure_reason == (
-        "control filtered/tiny-1m/seed 0 failed: UnpicklingError: invalid load key, 'n'."
-    )
-    assert not RoundMetrics.objects.filter(campaign=campaign).exists()
-
-
-def test_a_control_without_the_worker_packages_fails_with_the_install_line(
-    transactional_db, checkpoints, settings, tmp_path
-):
-    """A coordinator installed without the worker extra: the control's process says what to
-    install instead of a bare traceback (a Python whose torch import fails stands in for it)."""
-    shadow = tmp_path / "no-torch"
-    shadow.mkdir()
-    (shadow / "torch.py").write_text("raise ImportError('torch is not installed here')\n")
-    python = tmp_path / "python-without-torch"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={shadow} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    settings.CONTROL_PYTHON = str(python)
-    campaign = tiny_campaign(3)
-    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
-    assert controls.run_control(run.pk, "owner") == "failed"
-    campaign.refresh_from_db()
-    assert campaign.failure_reason.startswith(
-        "control isolated/tiny-1m/seed 0 failed: ImportError: torch is not installed here: "
-    )
-    assert "pip install 'swarm-sapo[worker]'" in campaign.failure_reason
-
-
-# --- on a real Celery worker --------------------------------------------------------------------
-
-
-def test_controls_run_on_celery_and_resume_after_the_worker_is_killed(
-    transactional_db, tiny_1m_dir, tmp_path
-):
-    """Launch a short campaign: both control arms run on a real Celery worker (solo pool: one
-    after the other) and store their metrics. The worker is killed (SIGKILL, no goodbye) in the
-    middle of a run; a new worker's beat finds the stale heartbeat, re-enqueues the run, and it
-    resumes from its checkpoint."""
-    rounds = 8
-    campaign = tiny_campaign(rounds)
-    Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.PENDING)
-    campaign.refresh_from_db()
-    celery_app.control.purge()
-    env = {"SWARM_CONTROL_STALE_SECONDS": "6", "SWARM_MODEL_CACHE": str(tiny_1m_dir.parent)}
-    log = tmp_path / "celery.log"
-    lifecycle.launch(campaign)
-    runs = list(ControlRun.objects.filter(campaign=campaign))
-    assert sorted(r.arm for r in runs) == ["filtered", "isolated"] and all(r.task_id for r in runs)
-
-    def progress() -> dict[int, int]:
-        return dict(ControlRun.objects.filter(campaign=campaign).values_list("pk", "round"))
-
-    with celery_worker(log, beat=True, **env) as worker:
-        wait_for(lambda: max(progress().values()) >= 3, 180, "a control at round 3", log)
-        victim = max(progress().items(), key=lambda item: item[1])[0]
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=10)
-    killed_at = ControlRun.objects.get(pk=victim).round
-    assert ControlRun.objects.get(pk=victim).state == "running"  # nobody said goodbye
-    with celery_worker(tmp_path / "celery-2.log", beat=True, **env):
-        wait_for(
-            lambda: (
-                set(ControlRun.objects.filter(campaign=campaign).values_list("state", flat=True))
-                == {"completed"}
-            ),
-            240,
-            "both controls completed",
-            tmp_path / "celery-2.log",
-        )
-    resumed = ControlRun.objects.get(pk=victim)
-    assert (
-        resumed.attempts >= 2 and resumed.resumed_from is not None and resumed.resumed_from >= killed_at - 1
-    )
-    assert resumed.resumed_from > 0  # from its checkpoint, not from scratch
-    for run in ControlRun.objects.filter(campaign=campaign):
-        assert run.round == rounds
-        assert sorted(RoundMetrics.objects.filter(control_run=run).values_list("round", flat=True)) == list(
-            range(rounds)
-        )
-    assert "re-enqueued" in (tmp_path / "celery-2.log").read_text()
-
-
-def test_self_replay_and_over_generation_controls_run_on_celery(transactional_db, tiny_1m_dir, tmp_path):
-    """Issue #18's controls on a real Celery worker, tiny-1m, 2 rounds, checked from the stored
-    metrics: the self-replay control trains on J groups of its own from round 1 on and never on
-    another agent's; the over-generation control generates at least B questions, more until it
-    holds I + J informative groups (or reaches its cap of 2 (I + J)), and shares nothing."""
+def test_every_control_kind_is_a_node_paired_rescored_and_out_of_the_pool(control_env, tmp_path):
+    """All four kinds, one seed, on a real controls worker: each is a worker node with its arm;
+    round 0 is the same for every kind (paired questions and seeds); the reward shown is the
+    coordinator's mean verified reward of the round's paired questions; nothing entered the
+    pool; self-replay trains on its own window, over-generation generates beyond B."""
     rounds = 2
-    config = tiny_campaign_config(
-        rounds,
-        max_new_tokens=8,
-        controls=ControlsConfig(
-            isolated=False, filtered=False, seeds=1, self_replay=True, over_generation=True
-        ),
-    )
-    campaign = Campaign.objects.create(
-        name="new controls", state=Campaign.State.PENDING, config=config.to_json()
-    )
-    celery_app.control.purge()
+    controls = ControlsConfig(isolated=True, filtered=True, self_replay=True, over_generation=True, seeds=1)
+    campaign = campaign_of(rounds, controls)
+    config = campaign.settings
     lifecycle.launch(campaign)
-    assert sorted(ControlRun.objects.filter(campaign=campaign).values_list("arm", flat=True)) == [
-        "dyn",
-        "self",
-    ]
-    log = tmp_path / "celery.log"
-    with celery_worker(log, SWARM_MODEL_CACHE=str(tiny_1m_dir.parent)):
-        wait_for(
-            lambda: (
-                set(ControlRun.objects.filter(campaign=campaign).values_list("state", flat=True))
-                == {"completed"}
-            ),
-            240,
-            "both controls completed",
-            log,
-        )
-    rows = {(m.arm, m.round): m.metrics for m in RoundMetrics.objects.filter(campaign=campaign)}
-    assert sorted(rows) == [(arm, r) for arm in ("dyn", "self") for r in range(rounds)]
+    log = tmp_path / "controls.log"
+    with celery_worker(log, controls=4, **control_env):
+        wait_for(lambda: states(campaign) == {"completed"}, 300, "every control completed", log)
+    runs = {run.arm: run for run in ControlRun.objects.filter(campaign=campaign)}
+    assert sorted(runs) == ["dyn", "filtered", "isolated", "self"]
+    rows = {(m.arm, m.round): m for m in RoundMetrics.objects.filter(campaign=campaign)}
+    assert sorted(rows) == [(arm, r) for arm in sorted(runs) for r in range(rounds)]
+    for arm, control in runs.items():
+        node = WorkerNode.objects.get(control_run=control)
+        assert (node.arm, node.tier, node.node_id, node.round) == (arm, "tiny-1m", f"control-{control.pk}", rounds)
+        for number in range(rounds):
+            row = rows[(arm, number)]
+            assert row.agent == f"control:{control.pk}" and row.node_id == node.pk
+            # The coordinator's reward: the verified rewards of the round's paired questions.
+            refs = [r.to_json() for r in round_refs(config.mix, control_stream(control.seed), number, 4)]
+            leases = Lease.objects.filter(node=node, round=number, state="submitted", questions=refs)
+            verified = leases.order_by("-id").first().ack["verified_rewards"]
+            assert row.reward == pytest.approx(sum(sum(g) / len(g) for g in verified) / len(verified))
+            assert row.metrics["batch/external_from_others"] == 0
+    assert not PoolRollout.objects.filter(campaign=campaign).exists()
+    assert len({rows[(arm, 0)].reward for arm in runs}) == 1  # paired: one first round
     batch = config.num_local + config.num_external
     for number in range(rounds):
-        own = rows[("self", number)]
-        assert own["batch/external_from_others"] == 0 and own["batch/external_from_self"] == 0
-        assert (
-            own["batch/local_used"] <= config.num_local and own["batch/external_used"] <= config.num_external
-        )
-        assert own["generation/questions"] == config.questions_per_round  # no extra generation
+        own, dyn = rows[("self", number)].metrics, rows[("dyn", number)].metrics
+        assert own["generation/questions"] == config.questions_per_round
         if number >= 1:
             assert own["batch/external_used"] > 0, own  # replayed from its own window
-            assert own["batch/external_age"] >= 0
-        dyn = rows[("dyn", number)]
-        assert dyn["batch/external_used"] == 0 and dyn["batch/external_from_others"] == 0
+        assert dyn["batch/external_used"] == 0
         assert config.questions_per_round <= dyn["generation/questions"] <= 2 * batch
-        # it stops generating once it holds I + J informative groups, or at its cap
         assert dyn["batch/informative_groups"] == batch or dyn["generation/questions"] == 2 * batch, dyn
-        assert dyn["batch/local_used"] <= batch
-    # this seed's first B questions hold fewer than I + J informative groups: it over-generated
-    assert any(rows[("dyn", r)]["generation/questions"] > config.questions_per_round for r in range(rounds))
-    # Compute on the page (issue #29 item 3): what each arm generated and trained on, per round
-    # and agent, from the rollups, with its n; over-generation paid in completions.
-    from swarm_app.web import dashboard
+    assert any(rows[("dyn", r)].metrics["generation/questions"] > config.questions_per_round for r in range(rounds))
 
-    mechanism = dashboard.dashboard_payload(campaign)["mechanism"]["tiny-1m"]["arms"]
-    for arm in ("self", "dyn"):
-        assert mechanism[arm]["generation/completions"]["agents"] == 1
-        assert mechanism[arm]["train/tokens"]["mean"] > 0
-    assert (
-        mechanism["dyn"]["generation/completions"]["mean"]
-        > mechanism["self"]["generation/completions"]["mean"]
-    )
+
+def test_the_dashboard_shows_the_rescored_reward_not_the_control_nodes_claim(coordinator):
+    """A control node that reports a reward other than the one it generated: the stored reward,
+    the dashboard and the node's row are the coordinator's verified mean."""
+    config = tiny_campaign_config(3, max_new_tokens=8, controls=ControlsConfig(isolated=True, filtered=False))
+    campaign = Campaign.objects.create(name="claims", state=Campaign.State.RUNNING, config=config.to_json())
+    control = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=7)
+    secret = renew_control_token(control)
+
+    async def round_zero() -> tuple[dict, dict, dict]:
+        s = await RawSession.open(coordinator)
+        welcome = await s.hello(secret, "control-x", protocol_versions=[2])
+        lease = await s.request("lease_request", round=0)
+        records = honest_rollouts(lease, "control-x", "tiny-1m", config.mix)
+        ack = await s.request("submit", submission_id="s0", lease_id=lease["lease_id"], rollouts=records)
+        report = await s.request("metrics", round=0, metrics={"reward": 0.99, "loss": 0.5})
+        await s.close()
+        return welcome, ack, report
+
+    welcome, ack, report = run(round_zero())
+    assert welcome["control"] == {"arm": "isolated", "seed": 7}
+    assert ack["samples"] == []  # a control draws nothing
+    assert report["type"] == "metrics_ack" and report["next_lease"]["round"] == 1
+    verified = ack["verified_rewards"]
+    truth = sum(sum(g) / len(g) for g in verified) / len(verified)
+    assert truth != pytest.approx(0.99)
+    row = RoundMetrics.objects.get(campaign=campaign)
+    assert (row.arm, row.agent, row.reward) == ("isolated", f"control:{control.pk}", pytest.approx(truth))
+    payload = dashboard.dashboard_payload(campaign)
+    shown = payload["series"]["tiny-1m"]["isolated"]["mean"][0]
+    assert shown == pytest.approx(truth)
+    # the paired questions of seed 7, not the campaign's stream
+    expected = [r.to_json() for r in round_refs(config.mix, control_stream(7), 0, config.questions_per_round)]
+    assert Lease.objects.get(round=0).questions == expected
+    assert not PoolRollout.objects.filter(campaign=campaign).exists()
+
+
+def node_process(control: ControlRun) -> psutil.Process | None:
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "join" in cmdline and f"control-{control.pk}" in cmdline:
+            return process
+    return None
+
+
+def test_a_killed_control_node_resumes_from_its_checkpoint_on_either_worker_deterministically(
+    control_env, tmp_path, settings
+):
+    """Two Celery workers of the controls queue with data directories of their own (the
+    controls' directory shared; in embedded mode the broker lives in the data directory, so
+    there the two share it: separate machines need Redis). Two campaigns with the same settings run the same control seed;
+    one's node is killed (SIGKILL) mid-run, is started again by a task on either worker, and
+    resumes from its checkpoint: every round stored once, and the same per-round rewards as the
+    uninterrupted copy (the same seed run twice gives the same rewards)."""
+    rounds = 6
+    controls = ControlsConfig(isolated=True, filtered=False, seeds=1)
+    calm = campaign_of(rounds, controls, name="uninterrupted")
+    killed = campaign_of(rounds, controls, name="killed")
+    for campaign in (calm, killed):
+        lifecycle.launch(campaign)
+    victim = ControlRun.objects.get(campaign=killed)
+    logs = [tmp_path / "controls-a.log", tmp_path / "controls-b.log"]
+    own = [{"SWARM_DATA_DIR": str(tmp_path / name)} if not settings.EMBEDDED else {} for name in "ab"]
+    with (
+        celery_worker(logs[0], controls=2, **own[0], **control_env),
+        celery_worker(logs[1], controls=2, **own[1], **control_env),
+    ):
+        wait_for(lambda: ControlRun.objects.get(pk=victim.pk).round >= 2, 180, "the victim at round 2", *logs)
+        process = node_process(victim)
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        killed_at = ControlRun.objects.get(pk=victim.pk).round
+        wait_for(lambda: states(calm) | states(killed) == {"completed"}, 300, "both controls completed", *logs)
+    victim.refresh_from_db()
+    assert victim.attempts == 2 and killed_at < rounds
+    calm_run = ControlRun.objects.get(campaign=calm)
+    assert [r for r, _ in rewards_by_round(victim)] == list(range(rounds))  # none missing, none twice
+    assert rewards_by_round(victim) == rewards_by_round(calm_run)
+    log = (Path(control_env["SWARM_CONTROL_DATA_DIR"])).glob(f"*/control-{victim.pk}/node.log")
+    text = next(log).read_text()
+    assert re.search(r"resumed from .*\(round [1-9]", text), text[-2000:]
+    assert "starting it again" in logs[0].read_text() + logs[1].read_text()
+
+
+def beat_runs(log: Path, task: str) -> list[datetime]:
+    """When ``task`` started on the worker of ``log`` (Celery's "Task ... received" lines)."""
+    times = []
+    for line in log.read_text().splitlines():
+        if f"Task {task}[" in line and "received" in line:
+            stamp = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)", line)
+            if stamp:
+                times.append(datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f"))
+    return times
+
+
+def test_housekeeping_runs_on_time_while_more_controls_than_slots_wait(control_env, tmp_path):
+    """Three control seeds and a controls worker of one slot: the controls run one after
+    another, and beat's tasks (liveness, completion, archive) run on schedule meanwhile on the
+    housekeeping worker, none dropped for expiry."""
+    campaign = campaign_of(4, ControlsConfig(isolated=True, filtered=False, seeds=3))
+    lifecycle.launch(campaign)
+    housekeeping, controls_log = tmp_path / "celery.log", tmp_path / "controls.log"
+    with (
+        celery_worker(housekeeping, beat=True, POOL_ARCHIVE_SECONDS="2", **control_env),
+        celery_worker(controls_log, controls=1, **control_env),
+    ):
+        wait_for(lambda: states(campaign) == {"completed"}, 300, "every control completed", housekeeping, controls_log)
+    started = min(beat_runs(controls_log, "campaigns.run_control"))
+    ended = max(beat_runs(controls_log, "campaigns.run_control"))
+    assert len(beat_runs(controls_log, "campaigns.run_control")) == 3  # one after another
+    for task, period in (
+        ("coordinator.update_liveness", 10),
+        ("campaigns.complete_finished", 10),
+        ("coordinator.archive_pool", 2),
+    ):
+        runs = [t for t in beat_runs(housekeeping, task) if started <= t <= ended]
+        gaps = [(b - a).total_seconds() for a, b in zip(runs, runs[1:], strict=False)]
+        assert runs and max(gaps, default=0) <= period + 3, (task, gaps)
+    assert "Discarding revoked task" not in housekeeping.read_text()  # how Celery drops an expired one
+    assert os.path.exists(tmp_path / "controls")

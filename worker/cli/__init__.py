@@ -8,7 +8,6 @@ swarm-worker study-report [JSON]    write its markdown report and plots
 swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
 swarm-worker heterogeneous          two model sizes in one pool vs a pool per size vs alone (#29)
 swarm-worker campaign-config        a campaign's settings from a preset and flags, checked, as JSON
-swarm-worker control                one isolated control of a campaign (the coordinator starts it)
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import sys
 from pathlib import Path
 
 from worker import __version__
-from worker.cli import campaign, control, heterogeneous
+from worker.cli import campaign, heterogeneous
 from worker.cli import study as study_commands
 from worker.cli.defaults import fill_defaults, formatter
 
@@ -202,6 +201,8 @@ def cmd_join(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     logging.getLogger("worker").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    if args.nice:
+        os.nice(args.nice)
     try:
         results = run_nodes(
             url,
@@ -213,6 +214,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             status=status,
             nodes=args.nodes,
             torch_threads=args.threads,
+            node_id=args.node_id,
             console=console,
         )
     except KeyboardInterrupt:  # before the worker's own handling took over
@@ -382,12 +384,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="nodes this process runs, each its own node to the coordinator (node 0 in --data-dir, "
         "node k in <data-dir>/nodes/node-k), taking turns on the device round by round",
     )
+    join.add_argument(
+        "--node-id",
+        default=None,
+        help="the node's id when its data directory has none yet (default: a new random id)",
+    )
+    join.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        choices=range(0, 20),
+        metavar="0-19",
+        help="lower this process's CPU priority by N (the coordinator's machine: training yields to its servers)",
+    )
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
 
     study_commands.add_parsers(sub)
     heterogeneous.add_parser(sub)
-    control.add_parser(sub)
     campaign.add_parser(sub)
     return parser
 

@@ -80,14 +80,21 @@ def _read_identity(path: Path) -> Identity:
     return Identity(node_id, float(created) if isinstance(created, int | float) else 0.0, path)
 
 
-def load_identity(data_dir: Path) -> Identity:
-    """This data directory's identity, created on first use."""
+def load_identity(data_dir: Path, node_id: str | None = None) -> Identity:
+    """This data directory's identity, created on first use: as ``node_id`` when given (a
+    campaign's control node, whose id the coordinator chose), else a new uuid4 hex. A given
+    ``node_id`` that differs from the one on disk is an error."""
+    if node_id is not None and not valid_node_id(node_id):
+        raise IdentityError(f"node id {node_id!r}: 1-{MAX_NODE_ID} letters, digits, '-' or '_'")
     path = Path(data_dir) / NODE_FILE
     if not path.exists():
-        record = {"node_id": uuid.uuid4().hex, "created_at": time.time()}
+        record = {"node_id": node_id or uuid.uuid4().hex, "created_at": time.time()}
         # False when another process created it first: then that one is read.
         _write_json(path, record, exclusive=True)
-    return _read_identity(path)
+    identity = _read_identity(path)
+    if node_id is not None and identity.node_id != node_id:
+        raise IdentityError(f"{path} is node {identity.node_id}, not {node_id}")
+    return identity
 
 
 def checkpoint_path(data_dir: Path, campaign_id: int | str, node_id: str) -> Path:

@@ -8,6 +8,9 @@ submit carries a ``submission_id`` chosen once per lease and reused on every ret
 of an accepted submission is answered ``duplicate_submission`` with the original ack, which
 counts as success; metrics and releases are idempotent.
 
+A campaign's control node of the ``dyn`` arm also asks for over-generation's extra questions
+(``extra_lease_request``, :meth:`WebsocketTransport.lease_extra`).
+
 With protocol 2 (worker/shared/protocol.py) a round is two requests: the submit's answer
 carries the round's draw of other nodes' rollouts, kept for :meth:`sample_external`, and the
 metrics' answer the next round's lease, kept for :meth:`lease` (and given back by
@@ -68,6 +71,8 @@ class WebsocketTransport(Connection):
         # protocol 2: the next round's lease (from a metrics_ack) and a round's draw (submit_ack)
         self._next_lease: Lease | None = None
         self._drawn: dict[int, list[Rollout]] = {}
+        self.hold_reports = False
+        self.held_report: tuple[int, dict[str, float]] | None = None
 
     # --- the Transport protocol (main thread) --------------------------------------------------
 
@@ -102,6 +107,13 @@ class WebsocketTransport(Connection):
         lease = Lease(message.lease_id, round, questions)
         self.active_lease = lease
         return lease
+
+    def lease_extra(self, agent_id: str, round: int, count: int, start: int) -> Lease:
+        """Over-generation's questions ``start .. start + count - 1`` of ``round`` (a campaign's
+        control node of the ``dyn`` arm: the coordinator refuses anyone else), on a lease of
+        their own, now the active one."""
+        request = protocol.ExtraLeaseRequest(round=round, start=start, count=count)
+        return self._hold(self._call(self._request(request)), round, count)
 
     def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
         """Share the round's rollouts; returns copies carrying the coordinator's verified rewards.
@@ -138,7 +150,21 @@ class WebsocketTransport(Connection):
         return [r for r in message.rollouts if r.agent_id != agent_id]
 
     def report(self, agent_id: str, round: int, metrics: dict[str, float]) -> None:
-        """Send the round's metrics (they also advance the coordinator's resume round)."""
+        """Send the round's metrics (they also advance the coordinator's resume round); with
+        :attr:`hold_reports`, keep them for :meth:`send_held_report` instead (the node
+        checkpoints the round before the coordinator moves on: volunteer.py)."""
+        if self.hold_reports:
+            self.held_report = (round, metrics)
+            return
+        self.send_report(round, metrics)
+
+    def send_held_report(self) -> None:
+        """Send the report :meth:`report` held, if any."""
+        held, self.held_report = self.held_report, None
+        if held is not None:
+            self.send_report(*held)
+
+    def send_report(self, round: int, metrics: dict[str, float]) -> None:
         speed = metrics.get("tokens_per_second")
         if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
             self.update_hello(generation_tokens_per_second=float(speed))

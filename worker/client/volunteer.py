@@ -13,12 +13,22 @@ after each round the speed actually observed.
 Checkpoints go to ``<data_dir>/checkpoints/campaign-<id>/<node_id>.pt`` (atomic writes): every
 round for models up to 100M parameters (the tiny tiers: milliseconds), else every
 :func:`checkpoint_interval` rounds, and always on a clean exit when the weights are consistent
-(never halfway through a training step).
+(never halfway through a training step). A round that is checkpointed is checkpointed before its
+metrics are reported, with the report beside it (``<checkpoint>.report.json``): the coordinator
+never moves past a round that the checkpoint lacks, and a node killed between the two sends
+the report when it resumes. A node restarted from a checkpoint therefore repeats at most the
+round it was killed in.
+
+A campaign's control node (the welcome's ``control``: swarm_app/runs/controls.py starts them)
+trains its arm's settings (``CampaignConfig.control_agent_config``) with its seed's generation
+seeds (worker/shared/paired.py), and must resume from its checkpoint: one that is missing or
+behind the coordinator's record is an error, never a silent start from other weights.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -46,6 +56,8 @@ from worker.client.identity import (
 )
 from worker.client.transport import WebsocketTransport
 from worker.shared import protocol
+from worker.shared.files import write_json_atomic
+from worker.shared.paired import control_seed_id
 from worker.shared.tiers import model_cache_dir
 
 if TYPE_CHECKING:
@@ -139,6 +151,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def held_report_path(checkpoint: Path) -> Path:
+    """Where a checkpoint's last round's report is kept (:meth:`_NodeRun._save`)."""
+    return checkpoint.with_name(checkpoint.name + ".report.json")
+
+
 def hello_message(
     token: str, node_id: str, hardware: Hardware, preferred_tier: str | None, tokens_per_second: float
 ) -> protocol.Hello:
@@ -189,6 +206,7 @@ def run_nodes(
     *,
     nodes: int = 1,
     torch_threads: int | None = None,
+    node_id: str | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     console: Console | None = None,
 ) -> list[WorkerResult]:
@@ -204,7 +222,8 @@ def run_nodes(
     Raises :class:`FatalError` when the coordinator refuses every node (a node refused while
     others go on ends with reason ``fatal``), and :class:`~worker.client.identity.IdentityError`
     when a data directory is unusable or in use. ``torch_threads`` (else
-    ``$SWARM_TORCH_THREADS``) sets torch's intra-op threads.
+    ``$SWARM_TORCH_THREADS``) sets torch's intra-op threads. ``node_id``: the first node's id
+    when its data directory has none yet (a campaign's control node).
     """
     url = normalise_url(url)
     if not token:
@@ -222,7 +241,7 @@ def run_nodes(
         torch.set_num_threads(threads)
     if not is_loopback(url) and url.startswith("ws://"):
         log.warning("%s is not encrypted: the token travels in clear text; prefer wss://", url)
-    identities = [load_identity(path) for path in dirs]
+    identities = [load_identity(path, node_id if index == 0 else None) for index, path in enumerate(dirs)]
     cache = model_cache_dir(data_dir)
     with contextlib.ExitStack() as stack:
         for path in dirs:
@@ -388,7 +407,17 @@ class _NodeRun:
         log.info("node %s stopped: %s", self.node_id, self.result.message or self.result.reason)
 
     def _save(self) -> None:
+        """The checkpoint, and beside it the report the transport holds for its round (written
+        first: a checkpoint is never without the report of its last round)."""
         assert self.agent is not None and self.result.checkpoint is not None
+        held = self.transport.held_report if self.transport is not None else None
+        if held is not None:
+            self.result.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(
+                held_report_path(self.result.checkpoint),
+                {"round": held[0], "metrics": held[1]},
+                exclusive=False,
+            )
         self.agent.save(self.result.checkpoint)
         self.saved_round = self.agent.round
 
@@ -422,7 +451,17 @@ class _NodeRun:
         device = "cuda" if hardware.device == "cuda" else "cpu"
         model_dir = resolve(spec, self.cache, log=lambda m: log.info("%s", m))  # builds a tiny tier once
         model, tokenizer = load_policy(spec, self.cache, device, log=lambda m: log.info("%s", m))
-        seed = stable_seed(config.seed, self.node_id)
+        control = welcome.control
+        if control is msgspec.UNSET:
+            seed_id = self.node_id
+            agent_config = config.agent_config(tier_name, stable_seed(config.seed, self.node_id))
+        else:
+            seed_id = control_seed_id(tier_name, control.seed)
+            agent_config = config.control_agent_config(tier_name, control.seed, control.arm)
+            log.info(
+                "node %s is the %s control of %s, seed %d", self.node_id, control.arm, tier_name, control.seed
+            )
+        seed = stable_seed(config.seed, seed_id)
         generation = build_backend(backend_name, model, tokenizer, model_dir, spec, hardware, seed)
         speed = measure_generation_speed(generation, tokenizer, config.system_prompt)
         log.info("generation speed: %.0f tokens/s", speed)
@@ -437,18 +476,19 @@ class _NodeRun:
             generation,
             transport,
             config.mix,
-            config.agent_config(tier_name, seed),
+            agent_config,
+            seed_id=seed_id,
         )
         self.every = checkpoint_interval(spec.params)
         self.result.checkpoint = checkpoint_path(self.data_dir, campaign.id, self.node_id)
-        self._resume(agent, self.result.checkpoint, welcome.resume_round)
+        self._resume(agent, self.result.checkpoint, welcome.resume_round, control is not msgspec.UNSET)
         self.agent = agent
         self.saved_round = agent.round if self.result.checkpoint.exists() else -1
         self.result.start_round = agent.round
         self.rounds = config.rounds
         self.phase = "idle"
 
-    def _resume(self, agent: Agent, path: Path, resume_round: int) -> None:
+    def _resume(self, agent: Agent, path: Path, resume_round: int, control: bool) -> None:
         checkpoint_round = 0
         if path.exists():
             try:
@@ -460,6 +500,14 @@ class _NodeRun:
             else:
                 checkpoint_round = agent.round
                 log.info("resumed from %s (round %d)", path, checkpoint_round)
+        if control and resume_round > checkpoint_round:
+            raise FatalError(
+                "checkpoint_missing",
+                f"this control's checkpoint {path} is of round {checkpoint_round}, the coordinator "
+                f"expects round {resume_round}: a control resumes from its own weights only "
+                "(SWARM_CONTROL_DATA_DIR must be shared by the machines that run controls)",
+            )
+        self._send_held_report(path, checkpoint_round, resume_round)
         if resume_round > checkpoint_round:
             log.info(
                 "the coordinator expects round %d, the checkpoint is of round %d: continuing from "
@@ -477,6 +525,19 @@ class _NodeRun:
                 checkpoint_round,
             )
         agent.round = max(checkpoint_round, resume_round)
+
+    def _send_held_report(self, path: Path, checkpoint_round: int, resume_round: int) -> None:
+        """The report saved with the checkpoint (:meth:`_save`), sent if the coordinator did not
+        get it (the node was stopped between the two)."""
+        report_path = held_report_path(path)
+        try:
+            held = json.loads(report_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        assert self.transport is not None
+        if held.get("round") == checkpoint_round - 1 and resume_round < checkpoint_round:
+            log.info("sending the report of round %d, saved with the checkpoint", held["round"])
+            self.transport.send_report(held["round"], held["metrics"])
 
     def step(self) -> None:
         """One round (lease, generate, submit, sample, train, report), or this node's end: sets
@@ -523,8 +584,13 @@ class _NodeRun:
             return
         self.lost_in_a_row = 0
         self.phase, line.phase = "train", "training"
+        checkpointed = (agent.round + 1) % self.every == 0
+        transport.hold_reports = checkpointed
         metrics = agent.train_phase()
         self.phase, line.phase = "idle", "idle"
+        if checkpointed:  # the checkpoint first, with the report; then the report
+            self._save()
+            transport.send_held_report()
         self.result.rounds_run += 1
         line.update(metrics)
         line.round = agent.round
@@ -537,5 +603,3 @@ class _NodeRun:
             100 * metrics.get("external_fraction", 0.0),
             metrics.get("round_time", float("nan")),
         )
-        if agent.round % self.every == 0:
-            self._save()

@@ -19,7 +19,7 @@ Controls of issue #18 (worker/shared/arms.py), set in :class:`~worker.shared.con
   the swarm's pool; the window is saved in the checkpoint.
 * ``max_questions`` > B (``8/0-dyn``): after step 3, while fewer than I groups qualify for the
   local strategy, lease and generate more questions (as many as are missing) from the
-  transport's over-generation stream (:meth:`LocalTransport.lease_extra`), at most
+  transport's over-generation stream (``lease_extra``: worker/shared/paired.py), at most
   ``max_questions`` in all. The round's ``reward`` stays the mean over its first B questions
   (those every arm sees); ``generation/questions`` counts all of them.
 
@@ -85,8 +85,12 @@ class Agent:
         transport: Transport,
         mix: TaskMix,
         config: AgentConfig,
+        seed_id: str | None = None,
     ) -> None:
+        """``seed_id`` (default ``agent_id``): what its generation and batch seeds are drawn from;
+        a campaign's controls of one seed share it, so that their arms are paired."""
         self.agent_id = agent_id
+        self.seed_id = seed_id or agent_id
         self.tier = tier
         self.model = model
         self.tokenizer = tokenizer
@@ -106,7 +110,8 @@ class Agent:
         self.last_batch: list[tuple[str, str, int, str]] = []
         if config.max_questions and not hasattr(transport, "lease_extra"):
             raise ValueError(
-                "over-generation (max_questions) needs a transport with lease_extra (LocalTransport)"
+                "over-generation (max_questions) needs a transport with lease_extra (the local one, "
+                "or the websocket transport of a campaign's control node)"
             )
 
     # --- steps 1-3 -------------------------------------------------------------------------
@@ -120,7 +125,7 @@ class Agent:
             n=cfg.group_size,
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.grpo.temperature,
-            seed=stable_seed(cfg.seed, self.agent_id, self.round, "generate", *([tag] if tag else [])),
+            seed=stable_seed(cfg.seed, self.seed_id, self.round, "generate", *([tag] if tag else [])),
         )
         generation_time = time.perf_counter() - start
         reward_config = RewardConfig(cfg.format_weight)
@@ -232,7 +237,7 @@ class Agent:
             external = self.transport.sample_external(
                 self.agent_id, self.round, num_external, cfg.external_strategy
             )
-        rng = random.Random(stable_seed(cfg.seed, self.agent_id, self.round, "batch"))
+        rng = random.Random(stable_seed(cfg.seed, self.seed_id, self.round, "batch"))
         batch, stats = assemble_batch(
             local_rollouts,
             external,

@@ -6,10 +6,10 @@ Three implementations drive the same loop (worker/engine/agent.py):
 * :class:`LocalTransport` without a pool: an isolated agent (J = 0 controls).
 * the websocket transport of the volunteer client (worker/client/transport.py), against the coordinator.
 
-Over-generation (``AgentConfig.max_questions``, the ``8/0-dyn`` arm) also needs
-:meth:`LocalTransport.lease_extra`: questions beyond the round's B, from a stream of their own so
-that the round's first B questions stay those of every other arm (pairing). Only the local
-transport has it (isolated controls run on it); the agent refuses over-generation elsewhere.
+Over-generation (``AgentConfig.max_questions``, the ``8/0-dyn`` arm) also needs ``lease_extra``:
+questions beyond the round's B, from a stream of their own so that the round's first B questions
+stay those of every other arm (pairing; worker/shared/paired.py). The local transport has it, and
+the websocket transport for a campaign's control nodes (the coordinator issues the same questions).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from worker.shared.config import stable_seed
-from worker.shared.questions import Question, QuestionStream, TaskMix
+from worker.shared.paired import extra_refs, round_refs
+from worker.shared.questions import Question, TaskMix, question
 from worker.shared.rewards import RewardConfig, rewards
 from worker.shared.rollout import Rollout
 from worker.shared.sampling import sample_rollouts
@@ -80,11 +80,10 @@ class RolloutPool:
 class LocalTransport:
     """An agent's own question stream, verified locally, with an optional shared pool.
 
-    Questions come from the stream ``seed`` at position ``round * max(count, stride)``, so a
-    resumed agent gets the same questions for the same round. ``stride`` (0: ``count``) lets arms
-    that generate fewer questions see a prefix of the same round's questions: with stride 8 an
-    arm at B = 4 (4/4@B4) gets the first 4 of the 8 that an arm at B = 8 gets in every round,
-    so arms stay paired round by round (the simulator sets it to its base B). Rewards are re-scored with the task's verifier,
+    Questions come from the stream ``seed`` (worker/shared/paired.py: ``round_refs``), so a
+    resumed agent gets the same questions for the same round; ``stride`` (0: ``count``) lets
+    arms that generate fewer questions see a prefix of the same round's questions (the simulator
+    sets it to its base B). Rewards are re-scored with the task's verifier,
     as the coordinator does, so the loop sees the same "verified" semantics in every mode.
     """
 
@@ -104,17 +103,13 @@ class LocalTransport:
         self.reports: list[dict[str, float]] = []
 
     def lease(self, agent_id: str, round: int, count: int) -> Lease:
-        stream = QuestionStream(self.mix, self.seed, position=round * max(count, self.stride))
-        return Lease(uuid.uuid4().hex, round, stream.take(count))
+        refs = round_refs(self.mix, self.seed, round, count, self.stride)
+        return Lease(uuid.uuid4().hex, round, [question(self.mix, ref) for ref in refs])
 
     def lease_extra(self, agent_id: str, round: int, count: int, start: int) -> Lease:
-        """Questions ``start .. start + count - 1`` of this round's over-generation stream.
-
-        Its own stream per round (seeded by the agent's stream and the round), so extra questions
-        never shift the B questions of this or any later round: every arm's first B agree.
-        """
-        stream = QuestionStream(self.mix, stable_seed(self.seed, "over-generate", round), position=start)
-        return Lease(uuid.uuid4().hex, round, stream.take(count))
+        """Questions ``start .. start + count - 1`` of this round's over-generation stream."""
+        refs = extra_refs(self.mix, self.seed, round, start, count)
+        return Lease(uuid.uuid4().hex, round, [question(self.mix, ref) for ref in refs])
 
     def submit(self, lease: Lease, rollouts: list[Rollout]) -> list[Rollout]:
         for rollout in rollouts:

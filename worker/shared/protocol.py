@@ -218,6 +218,15 @@ class MetricsReport(_Message, tag="metrics"):
                 )
 
 
+class ExtraLeaseRequest(_Message, tag="extra_lease_request"):
+    """Over-generation (a control node of the ``dyn`` arm only): ``count`` more questions of this
+    round, from ``start`` of the round's over-generation stream. Answered by a ``lease`` of its own."""
+
+    round: Round
+    start: Annotated[int, Meta(ge=0, le=MAX_ROLLOUTS_PER_MESSAGE)]
+    count: Annotated[int, Meta(ge=1, le=MAX_ROLLOUTS_PER_MESSAGE)]
+
+
 class Heartbeat(_Message, tag="heartbeat"):
     """Liveness; send after `heartbeat_seconds` without an answer to any other request."""
 
@@ -248,6 +257,15 @@ class Limits(Struct, forbid_unknown_fields=True, kw_only=True):
     rate_burst: Annotated[float, Meta(gt=0, description="messages at once above the average")]
 
 
+class ControlInfo(Struct, forbid_unknown_fields=True, kw_only=True):
+    """A control node's arm (worker/shared/arms.py's control kinds) and seed: it trains the
+    campaign's control of that kind (CampaignConfig.control_agent_config), shares nothing and
+    draws nothing, on the seed's paired question stream."""
+
+    arm: Annotated[str, Meta(max_length=16, description="isolated, filtered, self or dyn")]
+    seed: Annotated[int, Meta(description="the control seed: every arm of one seed is paired")]
+
+
 class Welcome(_Message, tag="welcome"):
     """Hello accepted: the negotiated version, the campaign, the assigned tier, where to resume."""
 
@@ -262,6 +280,9 @@ class Welcome(_Message, tag="welcome"):
     heartbeat_seconds: Annotated[float, Meta(ge=1)]
     limits: Limits
     reason: Annotated[str, Meta(max_length=500, description="why this tier")]
+    control: (
+        Annotated[ControlInfo, Meta(description="present for a campaign's control nodes only")] | UnsetType
+    ) = UNSET
 
 
 class LeaseQuestion(Struct, forbid_unknown_fields=True):
@@ -350,13 +371,24 @@ class Error(_Message, tag="error"):
 
 
 # What each side sends: ``parse`` returns one of these, and handlers match on the type.
-WorkerMessage = Hello | LeaseRequest | Submit | SampleRequest | MetricsReport | Heartbeat | Release
+WorkerMessage = (
+    Hello | LeaseRequest | ExtraLeaseRequest | Submit | SampleRequest | MetricsReport | Heartbeat | Release
+)
 CoordinatorMessage = (
     Welcome | Lease | SubmitAck | Samples | MetricsAck | HeartbeatAck | ReleaseAck | CampaignState | Error
 )
 WORKER_MESSAGES: dict[str, type[_Message]] = {
     cls.__struct_config__.tag: cls
-    for cls in (Hello, LeaseRequest, Submit, SampleRequest, MetricsReport, Heartbeat, Release)
+    for cls in (
+        Hello,
+        LeaseRequest,
+        ExtraLeaseRequest,
+        Submit,
+        SampleRequest,
+        MetricsReport,
+        Heartbeat,
+        Release,
+    )
 }
 COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
     cls.__struct_config__.tag: cls
@@ -376,6 +408,7 @@ COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
 REPLIES: dict[type[_Message], type[_Message]] = {
     Hello: Welcome,
     LeaseRequest: Lease,
+    ExtraLeaseRequest: Lease,
     Submit: SubmitAck,
     SampleRequest: Samples,
     MetricsReport: MetricsAck,

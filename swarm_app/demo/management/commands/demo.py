@@ -9,8 +9,12 @@ One command shows a swarm learning next to its isolated controls on one machine:
    others in the background (their workers start when their model is built);
 4. create a ``cpu-demo`` campaign and a worker token, and launch it (the controls are queued:
    ``--seeds`` per tier and arm);
-5. start the ASGI server, a Celery worker with beat, and ``--workers`` local worker processes
-   per tier, each running ``--nodes`` nodes (a swarm of workers x nodes per tier);
+5. start the ASGI server, a Celery worker with beat for housekeeping, a Celery worker of the
+   ``controls`` queue (each control is a worker node it starts: swarm_app/runs/controls.py),
+   and ``--workers`` local worker processes per tier, each running ``--nodes`` nodes (a swarm
+   of workers x nodes per tier). Every training process runs one node by default, one torch
+   thread, at niceness SWARM_TRAINING_NICE, in the demo's session: each agent gets the same
+   share of the cores, and the server and Celery keep theirs (docs/deploy.md);
 6. print the dashboard URL and a status line every few seconds (per tier and arm: round, reward,
    n, and the swarm's external share); once the campaign completes, keep serving the dashboard
    and its export until Ctrl-C (or ``--minutes``); then stop every child process (workers
@@ -113,13 +117,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--workers", type=int, default=2, help="local worker processes per tier (default 2)"
+            "--workers", type=int, default=4, help="local worker processes per tier (default 4)"
         )
         parser.add_argument(
             "--nodes",
             type=int,
-            default=2,
-            help="nodes per worker process, taking turns on its core (default 2: 4 swarm nodes per tier)",
+            default=1,
+            help="nodes per worker process, taking turns on its core (default 1, as every control: "
+            "each agent gets the same share of the cores)",
         )
         parser.add_argument(
             "--seeds", type=int, default=None, help="control runs per tier and arm (default: the preset's)"
@@ -169,7 +174,7 @@ class Command(BaseCommand):
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
         from swarm_app.runs.lifecycle import complete_if_done, launch, stop
-        from swarm_app.runs.local_workers import model_cache
+        from swarm_app.runs.local_workers import model_cache, training_command
         from worker.shared.campaign import cpu_demo_config
         from worker.shared.tiers import tier, tiny_model_ready
 
@@ -248,24 +253,27 @@ class Command(BaseCommand):
                 daphne_command(python, port),
                 **env,
             )
-            controls = config.control_run_count()
+            celery = [python, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info"]
             children.start(
                 "celery",
                 [
-                    python,
-                    "-m",
+                    *celery,
+                    "-Q",
                     "celery",
-                    "-A",
-                    "swarm_app",
-                    "worker",
                     "--beat",
-                    "-l",
-                    "info",
                     "--concurrency",
-                    str(controls + 1),  # a control holds its slot for the whole campaign; +1 for housekeeping
+                    "1",
                     "--schedule",
                     str(demo_dir / "celerybeat-schedule"),
                 ],
+                **env,
+            )
+            # A control's task waits on its node process for the whole campaign: one thread each.
+            controls = config.control_run_count()
+            children.start(
+                "controls",
+                [*celery, "-Q", "controls", "--pool", "threads", "--concurrency", str(max(controls, 1))],
+                SWARM_CONTROL_URL=url,
                 **env,
             )
             self.wait_http(url, children)
@@ -276,22 +284,7 @@ class Command(BaseCommand):
                     data_dir = demo_dir / "workers" / f"campaign-{campaign.pk}" / f"{name}-{index}"
                     children.start(
                         f"worker-{name}-{index}",
-                        [
-                            python,
-                            "-m",
-                            "worker.cli",
-                            "join",
-                            url,
-                            "--data-dir",
-                            str(data_dir),
-                            "--tier",
-                            name,
-                            "--nodes",
-                            str(opts["nodes"]),
-                            "--no-status",
-                            "--threads",
-                            "1",
-                        ],
+                        [*training_command(python, url, data_dir, opts["nodes"]), "--tier", name],
                         SWARM_TOKEN=secret,
                         **env,
                     )
@@ -346,7 +339,7 @@ class Command(BaseCommand):
             campaign.refresh_from_db()
             if not campaign.is_finished:
                 stop(campaign)
-            killed = children.stop()
+            killed = children.stop(first=("worker", "controls"))
             if killed:
                 self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
         self.stdout.write(self.status_line(campaign))
