@@ -59,6 +59,7 @@ from swarm_app.web.series import (
 from swarm_app.web.status_tables import (
     campaign_info,
     control_rows,
+    pace,
     pool_stats,
     worker_counts,
     worker_rows,
@@ -82,6 +83,7 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
         "arms": arms_shown(campaign, grouped),
         "reference": reference_control(campaign),
         "settled": by_tier(settled),
+        "pace": by_tier(pace(campaign, settled)),
         "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
         "summary": summary(campaign, complete, means),
         "mechanism": mechanism(campaign, complete, means.metrics),

@@ -8,9 +8,10 @@ the tests all read one computation. Definitions (also in docs/web.md, "The run p
 
 * **rounds done** of an arm: the rounds every one of its live agents has reported
   (payload ``settled``), the same rounds the summary sums.
-* **time left** (while running): (campaign rounds - rounds done) / rate, the rate being rounds
-  done over the time since the campaign started (pauses included): an estimate from the rate
-  so far, "–" until an arm has a round.
+* **time left** (while running): (campaign rounds - rounds done) / rate, the rate being the
+  arm's current one (payload ``pace``: its last settled rounds, at most 5, over the time they
+  took to settle), or before its second settled round its rounds done over the time since the
+  campaign started; "–" until an arm has a round.
 * **headline gain**: ``summary[tier].gain``, the swarm's gain in cumulative reward over the
   campaign's reference control, with its 95% interval and both arms' n.
 * **verdict** (once finished): per tier, from that gain and its windows (thirds of H): "no
@@ -50,9 +51,9 @@ INDEPENDENCE = (
     "its nodes, and a campaign with one swarm per model size has no interval for its gain."
 )
 ETA_NOTE = (
-    "Time left is an estimate from the rate so far: each arm's rounds done (reported by all of "
-    "its agents) divided by the time since the campaign started, pauses included; \u201c–\u201d "
-    "until the arm has a round."
+    "Time left is an estimate from each arm's current rate: its last settled rounds (reported by "
+    "all of its agents; at most 5) over the time they took, or before its second round its "
+    "rounds done over the time since the campaign started; \u201c–\u201d until the arm has a round."
 )
 
 
@@ -152,19 +153,23 @@ def arm_words(tables: Mapping[str, Any], arm: str) -> str:
 
 def estimates(tables: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Per tier and arm: rounds done of the campaign's rounds and, while running, the time left
-    from the rate so far; the campaign's time left (its slowest arm) once every arm has a rate."""
+    at its current rate; the campaign's time left (its slowest arm) once every arm has a rate."""
     campaign = tables["campaign"]
     state, rounds = campaign["state"], int(campaign.get("rounds") or 0)
     started = parse_time(campaign.get("started_at"))
     elapsed = (now - started).total_seconds() if started and state in ("running", "paused") else None
     settled = tables.get("settled") or {}
+    paces = tables.get("pace") or {}
     rows = []
     lefts: list[float | None] = []
     for tier in campaign.get("tiers", []):
         for entry in tables.get("arms", []):
             arm = entry["arm"]
             done = min(int((settled.get(tier) or {}).get(arm, 0)), rounds) if rounds else 0
+            current = (paces.get(tier) or {}).get(arm)
             rate = done / elapsed if elapsed and done else None  # rounds per second
+            if current and rate:
+                rate = current["rounds"] / current["seconds"]
             left: float | None = None
             if done >= rounds > 0:
                 words = "done"
@@ -172,7 +177,9 @@ def estimates(tables: Mapping[str, Any], now: datetime) -> dict[str, Any]:
             elif state == "running":
                 if rate:
                     left = (rounds - done) / rate
-                    words = f"{eta_text(left)} left ({rate * 60:.2g} rounds/min so far)"
+                    words = (
+                        f"{eta_text(left)} left ({rate * 60:.2g} rounds/min {'now' if current else 'so far'})"
+                    )
                 else:
                     words = f"time left {DASH} (no round yet, so no rate)"
             elif state == "paused":

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, Q
+from django.db.models import Avg, BooleanField, Count, ExpressionWrapper, F, Max, Q
 
 from swarm_app.campaigns.models import Arm, Campaign, ControlRun, RoundMetrics
 from swarm_app.coordinator.models import PoolRollout, WorkerNode
@@ -268,6 +268,34 @@ def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
         .select_related("node")
         .order_by("tier", "arm", "seed")
     ]
+
+
+PACE_ROUNDS = 5  # an arm's current rate: over its last settled rounds, at most this many
+
+
+def pace(campaign: Campaign, settled: dict[tuple[str, str], int]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (tier, arm) with two settled rounds or more, its current rate: the rounds between
+    its last settled round and the one up to PACE_ROUNDS before it, and the seconds between
+    their settling (a round settles when its last live agent reports it: the latest report's
+    time). The run page's time left follows it (run_info.estimates)."""
+    out = {}
+    for (tier, arm), done in settled.items():
+        last, first = done - 1, max(0, done - 1 - PACE_ROUNDS)
+        if last <= first:
+            continue
+        times = dict(
+            RoundMetrics.objects.filter(campaign=campaign, arm=arm, tier=tier, round__in=[first, last])
+            .values_list("round")
+            .annotate(at=Max("created_at"))
+            .order_by()
+        )
+        # Under a second apart: reports that arrived together (a resumed or replayed batch), no pace.
+        if len(times) == 2 and (times[last] - times[first]).total_seconds() >= 1.0:
+            out[(tier, arm)] = {
+                "rounds": last - first,
+                "seconds": (times[last] - times[first]).total_seconds(),
+            }
+    return out
 
 
 def campaign_info(campaign: Campaign) -> dict[str, Any]:

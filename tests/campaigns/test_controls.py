@@ -5,7 +5,7 @@ either of two Celery workers, and never hold up beat's housekeeping."""
 
 from __future__ import annotations
 
-import os
+import itertools
 import re
 import signal
 import time
@@ -84,7 +84,12 @@ def test_every_control_kind_is_a_node_paired_rescored_and_out_of_the_pool(contro
     assert sorted(rows) == [(arm, r) for arm in sorted(runs) for r in range(rounds)]
     for arm, control in runs.items():
         node = WorkerNode.objects.get(control_run=control)
-        assert (node.arm, node.tier, node.node_id, node.round) == (arm, "tiny-1m", f"control-{control.pk}", rounds)
+        assert (node.arm, node.tier, node.node_id, node.round) == (
+            arm,
+            "tiny-1m",
+            f"control-{control.pk}",
+            rounds,
+        )
         for number in range(rounds):
             row = rows[(arm, number)]
             assert row.agent == f"control:{control.pk}" and row.node_id == node.pk
@@ -105,7 +110,9 @@ def test_every_control_kind_is_a_node_paired_rescored_and_out_of_the_pool(contro
         assert dyn["batch/external_used"] == 0
         assert config.questions_per_round <= dyn["generation/questions"] <= 2 * batch
         assert dyn["batch/informative_groups"] == batch or dyn["generation/questions"] == 2 * batch, dyn
-    assert any(rows[("dyn", r)].metrics["generation/questions"] > config.questions_per_round for r in range(rounds))
+    assert any(
+        rows[("dyn", r)].metrics["generation/questions"] > config.questions_per_round for r in range(rounds)
+    )
 
 
 def test_the_dashboard_shows_the_rescored_reward_not_the_control_nodes_claim(coordinator):
@@ -179,7 +186,9 @@ def test_a_killed_control_node_resumes_from_its_checkpoint_on_either_worker_dete
         assert process is not None
         process.send_signal(signal.SIGKILL)
         killed_at = ControlRun.objects.get(pk=victim.pk).round
-        wait_for(lambda: states(calm) | states(killed) == {"completed"}, 300, "both controls completed", *logs)
+        wait_for(
+            lambda: states(calm) | states(killed) == {"completed"}, 300, "both controls completed", *logs
+        )
     victim.refresh_from_db()
     assert victim.attempts == 2 and killed_at < rounds
     calm_run = ControlRun.objects.get(campaign=calm)
@@ -213,7 +222,13 @@ def test_housekeeping_runs_on_time_while_more_controls_than_slots_wait(control_e
         celery_worker(housekeeping, beat=True, POOL_ARCHIVE_SECONDS="2", **control_env),
         celery_worker(controls_log, controls=1, **control_env),
     ):
-        wait_for(lambda: states(campaign) == {"completed"}, 300, "every control completed", housekeeping, controls_log)
+        wait_for(
+            lambda: states(campaign) == {"completed"},
+            300,
+            "every control completed",
+            housekeeping,
+            controls_log,
+        )
     started = min(beat_runs(controls_log, "campaigns.run_control"))
     ended = max(beat_runs(controls_log, "campaigns.run_control"))
     assert len(beat_runs(controls_log, "campaigns.run_control")) == 3  # one after another
@@ -223,7 +238,6 @@ def test_housekeeping_runs_on_time_while_more_controls_than_slots_wait(control_e
         ("coordinator.archive_pool", 2),
     ):
         runs = [t for t in beat_runs(housekeeping, task) if started <= t <= ended]
-        gaps = [(b - a).total_seconds() for a, b in zip(runs, runs[1:], strict=False)]
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
         assert runs and max(gaps, default=0) <= period + 3, (task, gaps)
     assert "Discarding revoked task" not in housekeeping.read_text()  # how Celery drops an expired one
-    assert os.path.exists(tmp_path / "controls")

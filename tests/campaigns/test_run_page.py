@@ -25,7 +25,7 @@ from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
-from swarm_app.web import run_info
+from swarm_app.web import run_info, status_tables
 from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_config, sapo_table_config
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
@@ -86,7 +86,7 @@ def test_time_left_per_arm_from_the_rate_so_far():
     assert rows["self"]["text"] == "0 of 40 rounds · time left – (no round yet, so no rate)"
     assert rows["self"]["label"] == "self-replay (4/4-self)"
     assert info["eta"]["total"] is None
-    assert "estimate from the rate so far" in info["eta"]["note"]
+    assert "estimate from each arm's current rate" in info["eta"]["note"]
     assert info["started"] == "2026-12-03 09:50:00 UTC"
     assert info["elapsed"] == "10 min 00 s (pauses included)"
     assert info["verdict"] == [] and info["verdict_pending"]
@@ -95,6 +95,33 @@ def test_time_left_per_arm_from_the_rate_so_far():
     info = run_info.run_info(tables(settled={"tiny-1m": {"swarm": 10, "isolated": 20, "self": 40}}), NOW)
     assert info["eta"]["total"] == "The campaign: about 30 min left (its slowest arm; an estimate)."
     assert {row["arm"]: row["text"] for row in info["eta"]["rows"]}["self"] == "40 of 40 rounds · done"
+
+
+def test_time_left_follows_each_arms_current_rate():
+    """An arm that sped up: its time left is at its last rounds' pace, not the average since the
+    start (a swarm held back early by its controls, issue #46)."""
+    # 10 rounds in 10 minutes on average, but its last 5 rounds took 1 minute: 5 rounds a minute.
+    paced = tables(pace={"tiny-1m": {"swarm": {"rounds": 5, "seconds": 60.0}}})
+    rows = {row["arm"]: row for row in run_info.run_info(paced, NOW)["eta"]["rows"]}
+    assert rows["swarm"]["text"] == "10 of 40 rounds · about 6 min left (5 rounds/min now)"
+    assert rows["swarm"]["left_s"] == pytest.approx(30 / 5 * 60)
+    assert rows["isolated"]["text"].endswith("(2 rounds/min so far)")  # no pace yet: the average
+
+
+@pytest.mark.django_db
+def test_pace_is_the_last_settled_rounds_over_the_time_they_took():
+    campaign = seed("running", rounds=20, reported={"swarm": 8, "self": 1})
+    rows = RoundMetrics.objects.filter(campaign=campaign, arm="swarm")
+    base = timezone.now() - timedelta(minutes=5)
+    for number in range(8):  # round r reported at 10 s x r
+        rows.filter(round=number).update(created_at=base + timedelta(seconds=10 * number))
+    # round 7 settles when its last agent reports, at 75 s
+    late = rows.filter(round=7).first()
+    rows.filter(pk=late.pk).update(created_at=base + timedelta(seconds=75))
+    settled = {("tiny-1m", "swarm"): 8, ("tiny-1m", "self"): 1}
+    # rounds 2..7: 5 rounds between the settling of round 2 (20 s) and of round 7 (75 s, its
+    # latest report)
+    assert status_tables.pace(campaign, settled) == {("tiny-1m", "swarm"): {"rounds": 5, "seconds": 55.0}}
 
 
 def test_no_estimate_unless_running():
@@ -393,7 +420,7 @@ def test_running_page_shows_elapsed_and_time_left(anonymous):
     assert "tiny-1m · swarm: 5 of 20 rounds · about 30 min left" in eta, eta
     assert "tiny-1m · self-replay (4/4-self): 10 of 20 rounds · about 10 min left" in eta, eta
     assert section(html, "run-eta-total") == "The campaign: about 30 min left (its slowest arm; an estimate)."
-    assert "estimate from the rate so far" in section(html, "run-eta-note")
+    assert "estimate from each arm's current rate" in section(html, "run-eta-note")
     assert section(html, "verdict") == ""
     assert section(html, "verdict-pending") == "The verdict is written here when the campaign completes."
     # Provisional headline: "so far".

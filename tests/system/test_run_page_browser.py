@@ -150,7 +150,7 @@ def test_running_campaign_shows_elapsed_and_time_left_live(transactional_db, pag
         )
         own = page.inner_text("#run-eta li[data-arm=self] .eta-text")
         assert re.match(r"10 of 20 rounds · about 1[01] min left", own), own
-        assert "estimate from the rate so far" in page.inner_text("#run-eta-note")
+        assert "estimate from each arm's current rate" in page.inner_text("#run-eta-note")
         assert not page.is_visible("#verdict") and page.is_visible("#verdict-pending")
         assert "so far" in page.inner_text(".headline[data-tier='tiny-1m'] .headline-what")
 
