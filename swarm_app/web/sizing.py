@@ -74,10 +74,15 @@ class Design:
                 "results. The campaign can describe, not decide; the smallest designs that can are 8 "
                 "units, 3 vs 5 (or 5 vs 3) and 4 vs 4."
             )
+        detected = (
+            f"the smallest gain it detects with 80 % power is about {self.detectable:.1f} %"
+            if self.detectable is not None
+            else "no gain up to 1,000 times that spread is detected with 80 % power"
+        )
         line = (
             f"{head}; with the spread the SAPO study measured across seeds ({CUMULATIVE_SPREAD * 100:.2f} % of "
-            f"the cumulative reward, {SOURCE}), the smallest gain it detects with 80 % power is about "
-            f"{self.detectable:.1f} % (a unit of fewer agents than the study's 8 varies more)."
+            f"the cumulative reward, {SOURCE}), {detected} (a unit of fewer agents than the study's 8 "
+            "varies more)."
         )
         if self.windows_min_p > ALPHA:
             windows = WINDOWS * self.tiers
