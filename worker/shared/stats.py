@@ -22,6 +22,10 @@ quantity is computed one way everywhere.
 
 Every random draw comes from ``numpy.random.default_rng(seed)``, so the same data give the same
 interval and p-value on every call.
+
+This module is long because it is the one definition of every statistic the study and the page
+show (paired and unpaired, bootstrap, t and permutation, with their planning functions): split,
+the two callers would drift apart again.
 """
 
 from __future__ import annotations
