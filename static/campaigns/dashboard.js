@@ -33,6 +33,9 @@
     maxPoints: 500,
     tiers: [],
     series: {}, // tier -> arm -> {rows: [{round, mean, std, agents, cumulative}], base: n}
+    // tier -> control arm -> Map(round -> {difference, low, high}): the server's 95% bands of the
+    // swarm minus each control (payload difference_bands, then the socket's bands), drawn as they are
+    bands: {},
     agents: {}, // agent -> {tier, label, round: [], reward: []}
     tables: null, // the last tables message: who works on which tier (the empty panels' words)
     pointsReceived: 0,
@@ -75,9 +78,16 @@
   }
 
   // --- series -------------------------------------------------------------------------------
-  function setSeries(series, step) {
+  function setSeries(series, step, bands) {
     state.series = {};
+    state.bands = {};
     state.step = step;
+    for (const [tier, arms] of Object.entries(bands || {})) {
+      state.bands[tier] = {};
+      for (const [arm, b] of Object.entries(arms)) {
+        state.bands[tier][arm] = new Map(b.round.map((r, i) => [r, { difference: b.difference[i], low: b.low[i], high: b.high[i] }]));
+      }
+    }
     for (const [tier, arms] of Object.entries(series)) {
       state.series[tier] = {};
       for (const [arm, s] of Object.entries(arms)) {
@@ -120,6 +130,19 @@
     return true;
   }
 
+  // A live band (the socket's bands): kept unless its round lies inside a downsampled bucket of
+  // either arm, whose band the server computed from the whole bucket.
+  function upsertBand(b) {
+    const arms = state.series[b.tier] || {};
+    for (const arm of ["swarm", b.arm]) {
+      const entry = arms[arm];
+      if (entry && entry.base > 0 && b.round <= entry.rows[entry.base - 1].round) return;
+    }
+    const byArm = state.bands[b.tier] || (state.bands[b.tier] = {});
+    const map = byArm[b.arm] || (byArm[b.arm] = new Map());
+    map.set(b.round, { difference: b.difference, low: b.low, high: b.high });
+  }
+
   // --- charts -------------------------------------------------------------------------------
   function chartBox(id, title) {
     const box = el("figure", null, "chart-box");
@@ -147,7 +170,7 @@
       row.appendChild(chartBox("reward-" + slug(tier), "Mean verified reward"));
       row.appendChild(chartBox("cumulative-" + slug(tier), "Cumulative reward"));
       const difference = chartBox("difference-" + slug(tier),
-        "Swarm minus each control, per round (band: 95% interval of the difference over swarms and seeds, normal approximation; none with one swarm)");
+        "Swarm minus each control, per round (band: the server's 95% Welch t interval of the difference over swarms and seeds; none with one swarm or one seed)");
       difference.classList.add("wide");
       row.appendChild(difference);
       panel.appendChild(row);
@@ -302,11 +325,11 @@
   }
 
   // The time course of the gain (issue #26): per settled round both arms have, the swarm's mean
-  // reward minus the control's, with a 95% interval from the two arms' spread across their
-  // independent units, the same units as the summary's gain: swarms for the swarm (each the mean
-  // over its nodes, which share a pool), seeds for a control (independent arms: ±1.96
-  // sqrt(s²/n + s'²/n'), s² the sample variance across units; none where an arm has one unit,
-  // e.g. a campaign with one swarm). Always by round: the arms' compute differs.
+  // reward minus the control's, over the same independent units as the summary's gain: swarms
+  // for the swarm (each the mean over its nodes, which share a pool), seeds for a control. Its
+  // band is the server's (swarm_app/web/estimates.py, difference_band: Welch's 95% t interval,
+  // issue #47), drawn as it comes, never computed here; none where an arm has one unit, e.g. a
+  // campaign with one swarm. Always by round: the arms' compute differs.
   function differences(tier) {
     const arms = state.series[tier] || {};
     const swarm = arms.swarm;
@@ -322,16 +345,16 @@
       if (!pairs.length) continue;
       const x = pairs.map((pair) => pair[1].round);
       const d = pairs.map(([a, b]) => a.unitMean - b.unitMean);
-      const half = pairs.map(([a, b]) => (a.units >= 2 && b.units >= 2
-        ? 1.96 * Math.sqrt((a.unitStd * a.unitStd) / (a.units - 1) + (b.unitStd * b.unitStd) / (b.units - 1)) : null));
+      const served = (state.bands[tier] || {})[control.arm] || new Map();
+      const band = x.map((r) => served.get(r) || { low: null, high: null });
       const group = "difference-" + control.arm;
-      if (half.some((h) => h !== null)) {
+      if (band.some((b) => b.low !== null && b.high !== null)) {
         traces.push({
-          x: x, y: d.map((v, i) => (half[i] === null ? null : v - half[i])), mode: "lines", line: { width: 0 },
+          x: x, y: band.map((b) => b.low), mode: "lines", line: { width: 0 },
           hoverinfo: "skip", showlegend: false, legendgroup: group, name: control.arm + " band",
         });
         traces.push({
-          x: x, y: d.map((v, i) => (half[i] === null ? null : v + half[i])), mode: "lines", line: { width: 0 },
+          x: x, y: band.map((b) => b.high), mode: "lines", line: { width: 0 },
           fill: "tonexty", fillcolor: BANDS[control.arm], hoverinfo: "skip", showlegend: false, legendgroup: group,
           name: control.arm + " band",
         });
@@ -689,7 +712,7 @@
     const data = await response.json();
     state.maxPoints = data.max_points;
     state.tiers = data.campaign.tiers;
-    setSeries(data.series, data.step);
+    setSeries(data.series, data.step, data.difference_bands);
     renderTables(data);
     drawAll();
     state.loadNote = (data.step > 1 ? "Long run: one point per " + data.step + " rounds. " : "") +
@@ -710,6 +733,10 @@
       if (upsertPoint(p)) touched.add(p.tier);
       state.pointsReceived += 1;
       state.lastPoint = p;
+    }
+    for (const b of message.bands || []) {
+      upsertBand(b);
+      touched.add(b.tier);
     }
     for (const a of message.agents) {
       const s = state.agents[a.agent];

@@ -20,6 +20,29 @@
       target.focus();
     });
   }
+  // The sizing line under the control seeds: what R swarms against S seeds can show, from the
+  // server (swarm_app/web/sizing.py) whenever the swarms, the seeds or the tiers change.
+  const sizing = document.getElementById("sizing");
+  const replicates = document.getElementById("id_replicates");
+  const seeds = document.getElementById("id_control_seeds");
+  if (sizing && replicates && seeds) {
+    let asked = 0;
+    const update = () => {
+      const tiers = document.querySelectorAll("input[name=tiers]:checked").length;
+      const query = new URLSearchParams({ replicates: replicates.value, seeds: seeds.value, tiers: tiers });
+      const ticket = ++asked;
+      fetch(sizing.dataset.url + "?" + query, { credentials: "same-origin" })
+        .then((response) => (response.ok ? response.json() : null))
+        .then((design) => {
+          if (!design || ticket !== asked) return; // a newer answer is on its way
+          sizing.textContent = design.text;
+          sizing.classList.toggle("sizing-warning", !design.can_decide);
+        })
+        .catch(() => {});
+    };
+    [replicates, seeds].forEach((input) => input.addEventListener("input", update));
+    document.querySelectorAll("input[name=tiers]").forEach((input) => input.addEventListener("change", update));
+  }
   const lines = JSON.parse(document.getElementById("task-preset-lines").textContent);
   const choice = document.getElementById("id_task_preset");
   const text = document.getElementById("id_custom_tasks");

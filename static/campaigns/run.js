@@ -64,6 +64,7 @@
     if (h.interval) p.append(" ", el("span", h.interval, "headline-interval"));
     if (h.note) p.append(" ", el("span", h.note, "headline-note"));
     if (h.n) p.append(" ", el("span", h.n, "headline-n"));
+    if (h.design) p.append(" ", el("span", h.design, "headline-design"));
     return p;
   }
 

@@ -6,8 +6,9 @@ events: with a thousand workers that would be a thousand messages per round per 
 Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
 
 * ``points``: the current aggregates (mean, std, agents) of the rounds that changed, read from
-  the rollups after refreshing them, plus the raw points of the (at most MAX_WATCHED) agents
-  this viewer selected;
+  the rollups after refreshing them, the per-round difference bands they change
+  (``bands``: dashboard.point_bands, the server's intervals, which the page draws as they are),
+  plus the raw points of the (at most MAX_WATCHED) agents this viewer selected;
 * ``tables``, at most every TABLES_SECONDS and at least every IDLE_TABLES_SECONDS: summary,
   pool, workers, controls;
 * ``state`` at once when an organizer pauses, resumes, stops or the campaign ends.
@@ -220,7 +221,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         agent_points, self.agent_points = self.agent_points, []
         if keys or agent_points:
             try:
-                points = await database_sync_to_async(self._points)(keys)
+                points, bands = await database_sync_to_async(self._points)(keys)
             except BaseException:
                 # Keep what this push was for: the next one retries it (otherwise a failed query
                 # would drop these rounds from the live chart until the next reload).
@@ -228,7 +229,13 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 self.agent_points[:0] = agent_points
                 raise
             await self.send_json(
-                {"type": "points", "points": points, "agents": agent_points, "sent_at": time.time()}
+                {
+                    "type": "points",
+                    "points": points,
+                    "bands": bands,
+                    "agents": agent_points,
+                    "sent_at": time.time(),
+                }
             )
         now = time.monotonic()
         since = now - last_tables
@@ -238,9 +245,10 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             return now
         return last_tables
 
-    def _points(self, keys: set[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    def _points(self, keys: set[tuple[str, str, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The touched rounds' aggregates and the per-round difference bands they change."""
         dashboard.refresh_rollups(rebuild=False)
-        return dashboard.points(self.campaign_id, keys)
+        return dashboard.points(self.campaign_id, keys), dashboard.point_bands(self.campaign_id, keys)
 
     def _tables(self) -> dict[str, Any]:
         return dashboard.cached_tables(self.campaign_id)

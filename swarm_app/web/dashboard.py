@@ -12,18 +12,22 @@ selects. Definitions (also in docs/web.md and on the page):
 * **cumulative reward** (the SAPO paper's measure): the sum over rounds of the per-round mean.
 * **summary**: per tier, cumulative reward of each arm over the first H rounds, H being the
   rounds every arm of the tier has reached: H x the mean over independent units of each unit's
-  mean reward per round over exactly rounds 0..H-1, with a 95% percentile bootstrap interval
-  over the same unit values (2,000 resamples, seed 0): point and interval come from one set of
-  numbers. A unit is a seed for a control and a *swarm* for the swarm arm (the mean over its
-  nodes: one swarm's nodes share a pool, so they are one replicate of "sharing", not n). With
-  one swarm (R = 1) the swarm has no interval, only its nodes' spread, labelled as such. It
-  equals the sum of the per-round means when every agent reported every round below H. The
-  gain of the swarm over each control arm, in %, is the ratio of the same two means, its
-  interval a bootstrap of swarms against seeds (none with one swarm).
+  mean reward per round over exactly rounds 0..H-1, with a 95% t interval over the same unit
+  values (estimates.mean_interval): point and interval come from one set of numbers. A unit is
+  a seed for a control and a *swarm* for the swarm arm (the mean over its nodes: one swarm's
+  nodes share a pool, so they are one replicate of "sharing", not n). With one swarm (R = 1)
+  the swarm has no interval, only its nodes' spread, labelled as such. It equals the sum of the
+  per-round means when every agent reported every round below H. The gain of the swarm over
+  each control arm, in %, is the ratio of the same two means, its interval the delta method's
+  Welch t interval of swarms against seeds (estimates.gain_interval; none with one swarm), with
+  the exact permutation test's p over the same units and the smallest p the design can give.
+* **difference bands**: per tier, control and round, the swarm's mean over its units minus the
+  control's, with Welch's 95% t interval (estimates.difference_bands): the chart draws them as
+  they come, live ones included (:func:`point_bands`).
 * **mechanism**: per tier and arm, over the same H, the mean over units of each unit's mean per
   round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
-  from other agents, age of the J side, share of clipped steps), with the same bootstrap
-  interval over units and n: over-generation's generation cost sits beside its reward.
+  from other agents, age of the J side, share of clipped steps), with the same t interval over
+  units and n: over-generation's generation cost sits beside its reward.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from swarm_app.core.names import control_label, node_label
 from swarm_app.web.estimates import (
     agent_means,
     arms_shown,
+    difference_band,
+    difference_bands,
     horizons,
     mechanism,
     reference_control,
@@ -131,6 +137,7 @@ def dashboard_payload(
         "step": step,
         "max_points": max_points,
         "series": series,
+        "difference_bands": difference_bands(series),
         "backlog": refreshed.get("backlog", 0),
         **tables(campaign, grouped, step),
     }
@@ -175,6 +182,44 @@ def points(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, 
         for tier, arm, number, agents, mean, std, completions, units, unit_mean, unit_std in rows
         if (tier, arm, number) in keys
     ]
+
+
+def point_bands(campaign_id: int, keys: set[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """The per-round difference bands (estimates.difference_band) that the touched (tier, arm,
+    round) keys change: a swarm's round, its band against every control with that round; a
+    control's, its band against the swarm. One row per (tier, control, round) with both arms:
+    {"tier", "arm" (the control), "round", "difference", "low", "high"} (low, high None: no band)."""
+    if not keys:
+        return []
+    rows = RoundAggregate.objects.filter(
+        campaign_id=campaign_id,
+        tier__in={key[0] for key in keys},
+        round__in={key[2] for key in keys},
+    ).values_list("tier", "arm", "round", "units", "unit_mean", "unit_std")
+    units = {(tier, arm, number): (n, mean, std) for tier, arm, number, n, mean, std in rows}
+    pairs = set()
+    for tier, arm, number in keys:
+        if arm == Arm.SWARM:
+            pairs |= {(tier, other, number) for (t, other, r) in units if t == tier and r == number}
+        else:
+            pairs.add((tier, arm, number))
+    out = []
+    for tier, arm, number in sorted(pairs):
+        swarm, control = units.get((tier, Arm.SWARM, number)), units.get((tier, arm, number))
+        if arm == Arm.SWARM or swarm is None or control is None or swarm[1] is None or control[1] is None:
+            continue
+        band = difference_band(swarm, control)
+        out.append(
+            {
+                "tier": tier,
+                "arm": arm,
+                "round": number,
+                "difference": swarm[1] - control[1],
+                "low": band["low"] if band else None,
+                "high": band["high"] if band else None,
+            }
+        )
+    return out
 
 
 def agent_series(campaign: Campaign, agent: str, max_points: int = MAX_POINTS) -> dict[str, Any]:

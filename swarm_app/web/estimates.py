@@ -1,6 +1,20 @@
 """The campaign page's numbers with their intervals: the summary over the settled horizon, the gain
-of the swarm over each control (swarms against seeds), the windows of the time course and the
-mechanism table (the definitions: swarm_app/web/dashboard.py)."""
+of the swarm over each control (swarms against seeds), the windows of the time course, the
+per-round difference's band and the mechanism table (the definitions: swarm_app/web/dashboard.py).
+
+Every interval the page shows comes from this module, and every one is t-based, so that it holds
+its 95 % at the campaign's own n (2 to 8 units an arm; issue #47, docs/web.md "Intervals"):
+
+* an arm's mean over its units: :func:`mean_interval` (Student's t, n - 1 df);
+* the gain over a control, headline and windows: :func:`gain_interval` (delta method, Welch's
+  df rounded down: stats.welch_gain_interval);
+* the per-round difference swarm - control: :func:`difference_band` (Welch's t interval from
+  the round's unit means and spreads).
+
+The tests are exact permutation tests over units (stats.permutation_test): a gain row carries
+its p and the smallest p its design can give; the windows' p are Holm-adjusted per control over
+the windows of every tier. The coverage these intervals reach (and the percentile bootstrap they
+replace did not) is measured by tests/campaigns/test_interval_coverage.py."""
 
 from __future__ import annotations
 
@@ -15,7 +29,6 @@ from swarm_app.coordinator.models import WorkerNode
 from swarm_app.web.series import (
     ARM_LABELS,
     ARMS,
-    BOOTSTRAP_RESAMPLES,
     CONTROL_ARMS,
     NO_INTERVAL,
     NODE_SPREAD,
@@ -106,10 +119,78 @@ def agent_means(
     return AgentMeans(_unit_means(per_agent, replicates), metrics, nodes, replicates)
 
 
+CONFIDENCE = 0.95
+# Random splits of a permutation test too large to enumerate (more than stats.EXACT_MAX_SPLITS:
+# about 8 units a side and more), fewer than the study's: the page recomputes it on every push.
+PAGE_PERMUTATIONS = 10_000
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % t interval of the mean of independent units: mean -+ t_{0.975, n - 1} s / sqrt(n)
+    (stats.t_interval); none from fewer than 2."""
+    return stats.t_interval(values, CONFIDENCE)
+
+
+def gain_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % interval of the relative gain (mean(a) - mean(b)) / |mean(b)| of the swarms ``a``
+    against the control seeds ``b`` (a fraction, not %): the delta method's t interval with
+    Welch's degrees of freedom rounded down (stats.welch_gain_interval); none with fewer than 2
+    units on a side."""
+    return stats.welch_gain_interval(a, b, CONFIDENCE)
+
+
+def difference_band(
+    a: tuple[int, float, float] | None, b: tuple[int, float, float] | None
+) -> dict[str, float] | None:
+    """One round's swarm - control difference and its 95 % band, from each arm's (units, mean over
+    the units, population std across them): Welch's t interval (stats.welch_interval) with the
+    sample variances s^2 = std^2 n / (n - 1); none when an arm has fewer than 2 units."""
+    if a is None or b is None or a[1] is None or b[1] is None:
+        return None
+    (n_a, mean_a, std_a), (n_b, mean_b, std_b) = a, b
+    if n_a < 2 or n_b < 2:
+        return None
+    var_a, var_b = (std_a or 0.0) ** 2 * n_a / (n_a - 1), (std_b or 0.0) ** 2 * n_b / (n_b - 1)
+    interval = stats.welch_interval(mean_a, var_a, n_a, mean_b, var_b, n_b, CONFIDENCE)
+    if interval is None:
+        return None
+    return {"difference": mean_a - mean_b, "low": interval[0], "high": interval[1]}
+
+
+def difference_bands(series: dict[str, dict[str, dict[str, list]]]) -> dict[str, dict[str, dict[str, list]]]:
+    """{tier: {control arm: {"round", "difference", "low", "high"}}}: per round both series have
+    (series.reward_series' points, downsampled alike), the swarm's unit mean minus the control's
+    and its band (:func:`difference_band`; low and high None where there is none). The chart of
+    the swarm minus each control draws exactly these (static/campaigns/dashboard.js)."""
+    out: dict[str, dict[str, dict[str, list]]] = {}
+    for tier, arms in series.items():
+        swarm = arms.get(Arm.SWARM)
+        if not swarm:
+            continue
+        at = {r: i for i, r in enumerate(swarm["round"])}
+        for arm, control in arms.items():
+            if arm == Arm.SWARM:
+                continue
+            rows: dict[str, list] = {"round": [], "difference": [], "low": [], "high": []}
+            for j, number in enumerate(control["round"]):
+                i = at.get(number)
+                if i is None:
+                    continue
+                a = (swarm["units"][i], swarm["unit_mean"][i], swarm["unit_std"][i])
+                b = (control["units"][j], control["unit_mean"][j], control["unit_std"][j])
+                band = difference_band(a, b)
+                rows["round"].append(number)
+                rows["difference"].append(a[1] - b[1] if a[1] is not None and b[1] is not None else None)
+                rows["low"].append(band["low"] if band else None)
+                rows["high"].append(band["high"] if band else None)
+            out.setdefault(tier, {})[str(arm)] = rows
+    return out
+
+
 def estimate(values: Sequence[float], arm: str = "") -> dict[str, Any]:
-    """Mean over independent units (seeds; swarms for the swarm arm) with its 95% bootstrap
-    interval (none from fewer than 2) and n."""
-    interval = stats.bootstrap_interval(values, BOOTSTRAP_RESAMPLES) if len(values) >= 2 else None
+    """Mean over independent units (seeds; swarms for the swarm arm) with its 95% t interval
+    (:func:`mean_interval`; none from fewer than 2) and n."""
+    interval = mean_interval(values)
     return {
         "mean": sum(values) / len(values) if values else None,
         "low": interval[0] if interval else None,
@@ -131,22 +212,45 @@ def interval_note(n: int, arm: str = "") -> str | None:
 def gain_row(
     value: float | None, a: Sequence[float], b: Sequence[float], n_a: int, n_b: int
 ) -> dict[str, Any]:
-    """The swarm's gain in %, its 95% interval (independent bootstrap of the swarms ``a`` against
-    the control seeds ``b``: stats.ratio_interval) and both n; with one swarm, or one seed, no
+    """The swarm's gain in %, its 95% interval (:func:`gain_interval` of the swarms ``a`` against
+    the control seeds ``b``), both n, the exact permutation test's two-sided p over the same
+    units (stats.permutation_test) and ``min_p``, the smallest p that test can give with n_a
+    against n_b units (stats.permutation_min_p: 0.2 for 2 vs 3); with one swarm, or one seed, no
     interval and a note saying why."""
-    interval = stats.ratio_interval(a, b, BOOTSTRAP_RESAMPLES) if value is not None else None
+    interval = gain_interval(a, b) if value is not None else None
     note = None
     if value is not None and n_a < 2:
         note = ONE_SWARM_GAIN
     elif value is not None and n_b < 2:
         note = NO_INTERVAL
+    test = stats.permutation_test(a, b, PAGE_PERMUTATIONS) if value is not None and a and b else None
     return {
         "value": value,
         "low": interval[0] * 100 if interval and not note else None,
         "high": interval[1] * 100 if interval and not note else None,
         "n": [n_a, n_b],
         "note": note,
+        "p": test.p_value if test else None,
+        "min_p": stats.permutation_min_p(n_a, n_b),
     }
+
+
+def adjust_windows(result: dict[str, Any]) -> None:
+    """Holm's adjustment of the windows' p (stats.holm), per control over the windows of every
+    tier (m = windows x tiers with a p): each window's gain row gets ``p_holm``, each tier
+    ``windows_family``, the m its windows were adjusted over (the smallest adjusted p they can
+    reach is min(1, m x min_p))."""
+    for arm in CONTROL_ARMS:
+        rows = [
+            row["gains"][arm.value]
+            for tier_row in result.values()
+            for row in tier_row["windows"]
+            if row["gains"].get(arm.value, {}).get("p") is not None
+        ]
+        for row, adjusted in zip(rows, stats.holm([row["p"] for row in rows]), strict=True):
+            row["p_holm"] = adjusted
+        for tier_row in result.values():
+            tier_row.setdefault("windows_family", {})[arm.value] = len(rows)
 
 
 def node_spread(nodes: Sequence[float], h: int) -> dict[str, Any] | None:
@@ -250,6 +354,7 @@ def summary(campaign: Campaign, grouped: dict, means: AgentMeans | None = None) 
         for tier, row in result.items():
             if end.get(tier) is not None:
                 row["windows"].append(window_row(start[tier], end[tier], window_means, tier))
+    adjust_windows(result)
     return result
 
 
@@ -284,8 +389,8 @@ def _windows(
 
 def window_row(start: int, end: int, means: dict[tuple[str, str], list[float]], tier: str) -> dict[str, Any]:
     """One window of rounds start..end-1: each arm's mean reward per round (the mean over its
-    agents, 95% bootstrap interval, n) and the swarm's gain over each control arm in % (ratio of
-    the same means, stats.ratio_interval over the same per-unit values)."""
+    units, 95% t interval, n) and the swarm's gain over each control arm in % (ratio of the same
+    means; :func:`gain_row` over the same per-unit values: interval, p, smallest p)."""
     arms = {arm.value: estimate(means[(tier, arm)], arm) for arm in ARMS if means.get((tier, arm))}
     gains = {}
     for arm in CONTROL_ARMS:
@@ -302,7 +407,7 @@ def mechanism(
     metric_means: dict[tuple[str, str], dict[str, list[float]]] | None = None,
 ) -> dict[str, Any]:
     """Per tier and arm with data, over the summary's H: each of MECHANISM_KEYS as the mean over
-    units (seeds, swarms) of their per-round means, with a 95% bootstrap interval over units and n."""
+    units (seeds, swarms) of their per-round means, with a 95% t interval over units and n."""
     _, horizon = horizons(grouped)
     if metric_means is None:
         metric_means = agent_means(campaign, horizon).metrics

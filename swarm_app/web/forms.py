@@ -28,6 +28,7 @@ from django.utils.html import conditional_escape
 
 from swarm_app.coordinator.assignment import fits
 from swarm_app.coordinator.models import WorkerNode, WorkerToken
+from swarm_app.web.sizing import Design, design
 from worker.shared.campaign import (
     CAMPAIGN_PRESETS,
     GRPO_DEFAULTS,
@@ -329,6 +330,22 @@ class CampaignForm(forms.Form):
                     continue
         return values
 
+    # --- sizing ------------------------------------------------------------------------------
+    def sizing(self) -> Design:
+        """What the chosen swarms per size and control seeds can show (sizing.design): from the
+        values the page shows (posted ones, else the initial ones), each bounded by its field; a
+        value its field refuses counts as the field's initial value."""
+
+        def number(name: str) -> int:
+            field = self.fields[name]
+            try:
+                return int(field.clean(self[name].value()))
+            except (TypeError, ValueError, ValidationError):
+                return int(self.initial.get(name) or field.initial or 1)
+
+        tiers = self["tiers"].value() or []
+        return sizing_of(number("replicates"), number("control_seeds"), len(tiers))
+
     # --- validation -------------------------------------------------------------------------
     def clean(self) -> dict[str, Any]:
         """Every problem at once, each next to its field: the fields' own (their declarations),
@@ -392,6 +409,14 @@ class CampaignForm(forms.Form):
 
 # The settings' fields, each built from its declaration.
 CampaignForm.base_fields.update({name: setting_field(SETTINGS[path]) for name, path in FORM_SETTINGS.items()})
+
+
+def sizing_of(swarms: int, seeds: int, tiers: int) -> Design:
+    """sizing.design with each count within its setting's bounds (at least 1 model size)."""
+    replicates, control_seeds = SETTINGS["replicates"], SETTINGS["controls.seeds"]
+    swarms = min(max(swarms, replicates.ge or 1), replicates.le or swarms)
+    seeds = min(max(seeds, control_seeds.ge or 0), control_seeds.le or seeds)
+    return design(swarms, seeds, max(1, min(tiers, len(TIERS))))
 
 
 def _get(values: dict[str, Any], path: str) -> Any:

@@ -13,12 +13,23 @@ the tests all read one computation. Definitions (also in docs/web.md, "The run p
   took to settle), or before its second settled round its rounds done over the time since the
   campaign started; "–" until an arm has a round.
 * **headline gain**: ``summary[tier].gain``, the swarm's gain in cumulative reward over the
-  campaign's reference control, with its 95% interval and both arms' n.
-* **verdict** (once finished): per tier, from that gain and its windows (thirds of H): "no
-  difference this campaign can detect" when the 95% interval includes 0, higher or lower when it
-  excludes it, no verdict where there is no interval (one swarm, or one control seed). The n
-  says what is independent: control seeds and swarms are independent runs; the nodes of one
-  swarm share its pool, so each swarm counts once, whatever its nodes.
+  campaign's reference control, with its 95% t interval and both arms' n; where the design
+  cannot reach p < 0.05, the sentence saying so (:func:`design_text`).
+* **verdict** (once finished): per tier, from that gain and its windows (thirds of H), judged by
+  the exact permutation test over units (swarm_app/web/estimates.py, issue #47):
+
+  - "higher" or "lower" only when the test rejects at 5 % (p <= 0.05) and the 95 % interval
+    lies on the same side of 0;
+  - "cannot decide" when the design cannot reach p <= 0.05 at all (its smallest p,
+    2 / C(R + S, R) with R swarms and S seeds, is above 0.05: 2 vs 3, 3 vs 3, 3 vs 4): the page
+    says so in words and gives the gain as a description, not a finding;
+  - "none" (no difference shown) otherwise; no verdict where there is no interval (one swarm,
+    or one control seed).
+
+  The windows are judged the same way on their Holm-adjusted p (over the windows of every
+  tier), or, where even the smallest adjusted p possible is above 0.05, described without a
+  judgement. The n says what is independent: control seeds and swarms are independent runs;
+  the nodes of one swarm share its pool, so each swarm counts once, whatever its nodes.
 """
 
 from __future__ import annotations
@@ -207,9 +218,31 @@ def estimates(tables: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     return {"rows": rows, "total": total, "note": ETA_NOTE if state == "running" else None}
 
 
+ALPHA = 0.05  # the level a verdict is reached at
+
+
+def p_text(p: float) -> str:
+    """A p-value as the page writes it: two significant digits (0.2, 0.057, 0.0079)."""
+    return f"{p:.2g}"
+
+
+def design_text(gain: Mapping[str, Any]) -> str | None:
+    """The sentence for a design that cannot reach a verdict (its smallest p, ``min_p``, above
+    ALPHA), from its numbers: "2 swarms against 3 seeds: no difference can be shown at the 5 %
+    level; the smallest p possible is 0.2". None where the design can reach one."""
+    min_p = gain.get("min_p")
+    if min_p is None or min_p <= ALPHA:
+        return None
+    n_swarms, n_seeds = (gain.get("n") or [0, 0])[:2]
+    return (
+        f"{plural(n_swarms, 'swarm')} against {plural(n_seeds, 'seed')}: no difference can be shown "
+        f"at the 5 % level; the smallest p possible is {p_text(min_p)}"
+    )
+
+
 def headline(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
     """The tier's headline gain in one line: what is compared, the value, its interval (or why
-    none) and n."""
+    none), n and, where the design cannot reach a verdict, the sentence saying so."""
     summary = (tables.get("summary") or {}).get(tier) or {}
     reference = summary.get("reference") or tables.get("reference")
     finished = tables["campaign"]["state"] in FINISHED
@@ -219,7 +252,14 @@ def headline(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
     if h:
         what += f", rounds 0–{h - 1}" + ("" if finished else " so far")
     value = gain.get("value")
-    row: dict[str, Any] = {"tier": tier, "what": what, "value": pct(value), "interval": None, "n": None}
+    row: dict[str, Any] = {
+        "tier": tier,
+        "what": what,
+        "value": pct(value),
+        "interval": None,
+        "n": None,
+        "design": None,
+    }
     if not reference:
         row["note"] = "no control ran: nothing to compare with"
     elif value is None:
@@ -229,30 +269,51 @@ def headline(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
         row["note"] = None if row["interval"] else gain.get("note") or "no interval"
         n = gain.get("n") or [0, 0]
         row["n"] = f"n = {plural(n[0], 'swarm')} vs {plural(n[1], 'seed')}"
+        design = design_text(gain)
+        row["design"] = f"{design}; the gain above is a description, not a finding." if design else None
     return row
 
 
-def judge(gain: Mapping[str, Any] | None) -> str:
-    """ "higher", "lower", "none" (interval includes 0), "no interval" or "unknown"."""
+def judge(gain: Mapping[str, Any] | None, p_key: str = "p", min_p: float | None = None) -> str:
+    """ "higher" or "lower" (the test's ``p_key`` p <= ALPHA and the 95 % interval on that side of
+    0), "cannot decide" (the smallest p possible, ``min_p`` or the gain's own, is above ALPHA),
+    "none" (no difference shown), "no interval" or "unknown"."""
     if not gain or gain.get("value") is None:
         return "unknown"
     low, high = gain.get("low"), gain.get("high")
     if low is None or high is None:
         return "no interval"
-    if low > 0:
+    smallest = gain.get("min_p") if min_p is None else min_p
+    if smallest is not None and smallest > ALPHA:
+        return "cannot decide"
+    p = gain.get(p_key)
+    if p is not None and p <= ALPHA and low > 0:
         return "higher"
-    if high < 0:
+    if p is not None and p <= ALPHA and high < 0:
         return "lower"
     return "none"
 
 
-JUDGEMENT_WORDS = {
-    "higher": "higher (the 95 % interval is above 0)",
-    "lower": "lower (the 95 % interval is below 0)",
-    "none": "no difference this campaign can detect (the 95 % interval includes 0)",
-    "no interval": "no interval (one swarm, or one control seed), so no verdict",
-    "unknown": "no data",
-}
+def window_parts(windows: Sequence[Mapping[str, Any]], reference: str, smallest: float | None) -> list[str]:
+    """Each window's gain over ``reference`` as "rounds 0–12: +4.7 % [...]", followed, where the
+    windows can reach a verdict (``smallest``, their smallest Holm-adjusted p possible, at most
+    ALPHA), by its judgement on its Holm-adjusted p."""
+    parts = []
+    for window in windows:
+        g = (window.get("gains") or {}).get(reference)
+        rounds = f"rounds {window['start']}–{window['end'] - 1}"
+        if not g or g.get("value") is None:
+            parts.append(f"{rounds}: {DASH}")
+            continue
+        interval = interval_text(g.get("low"), g.get("high"))
+        shown = pct(g["value"]) + (f" {interval}" if interval else "")
+        judgement = judge(g, "p_holm", smallest) if smallest is not None else "cannot decide"
+        if judgement in ("higher", "lower"):
+            shown += f", {judgement} (Holm p = {p_text(g['p_holm'])})"
+        elif judgement == "none" and g.get("p_holm") is not None:
+            shown += f", no difference shown (Holm p = {p_text(g['p_holm'])})"
+        parts.append(f"{rounds}: {shown}")
+    return parts
 
 
 def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
@@ -279,15 +340,23 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
     figure = pct(gain["value"])
     interval = interval_text(gain.get("low"), gain.get("high"))
     span = f"rounds 0–{h - 1}"
-    if judgement == "none":
+    p = gain.get("p")
+    test = f"exact permutation test over swarms and seeds, p = {p_text(p)}" if p is not None else ""
+    if judgement == "cannot decide":
+        lines.append(
+            f"{design_text(gain)}. As a description, not a finding: over {span} the swarm's "
+            f"cumulative reward is {figure} {interval} against {ref} (95 % t interval)."
+        )
+    elif judgement == "none":
         lines.append(
             f"No difference this campaign can detect between the swarm and {ref}: over {span} the "
-            f"swarm's cumulative reward is {figure} {interval} against it, and that 95 % interval includes 0."
+            f"swarm's cumulative reward is {figure} {interval} against it ({test}; a difference "
+            "is shown only at p <= 0.05 with the 95 % interval on one side of 0)."
         )
     elif judgement in ("higher", "lower"):
         lines.append(
             f"The swarm's cumulative reward over {span} is {judgement} than {ref}'s: {figure} "
-            f"{interval}, a 95 % interval {'above' if judgement == 'higher' else 'below'} 0."
+            f"{interval}, a 95 % interval {'above' if judgement == 'higher' else 'below'} 0 ({test})."
         )
     else:
         lines.append(
@@ -296,19 +365,22 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
             "so there is no interval and this campaign gives no verdict."
         )
     windows = summary.get("windows") or []
-    if windows:
-        parts = []
-        for window in windows:
-            g = (window.get("gains") or {}).get(reference)
-            rounds = f"rounds {window['start']}–{window['end'] - 1}"
-            if not g or g.get("value") is None:
-                parts.append(f"{rounds}: {DASH}")
-                continue
-            shown = pct(g["value"]) + (
-                f" {interval_text(g.get('low'), g.get('high'))}" if g.get("low") is not None else ""
+    if windows and reference:
+        family = int((summary.get("windows_family") or {}).get(reference) or 0)
+        smallest = min(1.0, family * gain["min_p"]) if family and gain.get("min_p") is not None else None
+        if smallest is not None and smallest <= ALPHA:
+            words = f"thirds of the rounds; Holm-adjusted over {plural(family, 'window')} of every model size"
+        elif smallest is not None:
+            words = (
+                "thirds of the rounds; a description, not a finding: over "
+                f"{plural(family, 'window')} of every model size the smallest Holm-adjusted p possible "
+                f"is {p_text(smallest)}"
             )
-            parts.append(f"{rounds}: {shown}, {JUDGEMENT_WORDS[judge(g)].split(' (')[0]}")
-        lines.append("By window (thirds of the rounds): " + "; ".join(parts) + ".")
+            smallest = None
+        else:
+            words = "thirds of the rounds; a description, not a finding"
+        parts = window_parts(windows, reference, smallest)
+        lines.append(f"By window ({words}): " + "; ".join(parts) + ".")
     n_swarm, n_ref = (gain.get("n") or [0, 0])[:2]
     nodes = ((summary.get("arms") or {}).get("swarm") or {}).get("nodes")
     of_nodes = f" of {plural(nodes, 'node')} in all" if nodes else ""

@@ -9,6 +9,7 @@ from swarm_app.web import api, views
 
 urlpatterns = [
     path("campaigns/new/", views.campaign_new, name="campaign-new"),
+    path("campaigns/sizing", views.campaign_sizing, name="campaign-sizing"),
     path("campaigns/<int:pk>/", views.campaign_detail, name="campaign-detail"),
     *[
         path(

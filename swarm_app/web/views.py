@@ -17,7 +17,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -30,7 +30,7 @@ from swarm_app.coordinator.tokens import create_token, revoke
 from swarm_app.core import join
 from swarm_app.runs import lifecycle, local_workers
 from swarm_app.web import dashboard, run_info, series, status_tables
-from swarm_app.web.forms import CampaignForm, TokenForm, tasks_to_text
+from swarm_app.web.forms import CampaignForm, TokenForm, sizing_of, tasks_to_text
 from worker import __version__
 from worker.shared.campaign import CAMPAIGN_PRESETS
 from worker.shared.questions import PRESETS as TASK_PRESETS
@@ -147,11 +147,25 @@ def campaign_new(request: HttpRequest) -> HttpResponse:
         "campaigns/new.html",
         {
             "form": form,
+            "sizing": form.sizing(),
             "presets": list(CAMPAIGN_PRESETS),
             "allow_local": allow_local,
             "task_preset_lines": {name: tasks_to_text(mix.to_json()) for name, mix in TASK_PRESETS.items()},
         },
     )
+
+
+@staff_required
+@require_GET
+def campaign_sizing(request: HttpRequest) -> JsonResponse:
+    """The form's sizing line for ``?replicates=R&seeds=S&tiers=T`` (sizing.Design.to_json),
+    which static/campaigns/form.js fetches as those fields change; a count that is not a whole
+    number is a 400."""
+    try:
+        counts = [int(request.GET.get(name, "")) for name in ("replicates", "seeds", "tiers")]
+    except ValueError:
+        return JsonResponse({"error": "replicates, seeds and tiers must be whole numbers"}, status=400)
+    return JsonResponse(sizing_of(*counts).to_json())
 
 
 def create_campaign(request: HttpRequest, form: CampaignForm) -> Campaign:

@@ -382,8 +382,8 @@ def test_a_control_run_never_reads_running_under_a_paused_or_finished_campaign(d
 
 
 def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
-    """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (an
-    independent bootstrap over both arms' agents), the words "no interval (1 node)" instead of
+    """Arms of 4 workers, 3 seeds and 1 seed: intervals for the first two and their gain (a t
+    interval over both arms' units), the words "no interval (1 node)" instead of
     a zero-width interval for the single seed and for the gain that involves it; one swarm says
     that it is one."""
     campaign = make_campaign(replicates=4)
@@ -407,9 +407,16 @@ def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     # Gain vs isolated: point from the cumulative rewards, interval from the agents' means.
     gain = gains["isolated"]
     assert gain["value"] == pytest.approx((0.56 / 0.4 - 1) * 100) == tier["gain_vs_isolated"]
-    expected = stats.ratio_interval(list(swarm.values()), list(isolated.values()), series.BOOTSTRAP_RESAMPLES)
-    assert (gain["low"], gain["high"]) == pytest.approx((expected[0] * 100, expected[1] * 100))
+    # Its interval: the delta method's t interval, Welch's df rounded down (issue #47), worked
+    # by hand: v_a = s_a² / (4 · 0.40²), v_b = 0.56² s_b² / (3 · 0.40⁴), df = 3.57 -> 3, t = 3.1824.
+    v_a = np.var(list(swarm.values()), ddof=1) / (4 * 0.4**2)
+    v_b = 0.56**2 * np.var(list(isolated.values()), ddof=1) / (3 * 0.4**4)
+    assert (v_a + v_b) ** 2 / (v_a**2 / 3 + v_b**2 / 2) == pytest.approx(3.57, abs=0.01)
+    half = 3.182446 * math.sqrt(v_a + v_b) * 100
+    assert (gain["low"], gain["high"]) == pytest.approx((40 - half, 40 + half), abs=1e-3)
     assert gain["low"] < gain["value"] < gain["high"] and gain["n"] == [4, 3] and gain["note"] is None
+    # Every swarm above every seed: the exact permutation test's smallest p, 2 / C(7, 4) = 2 / 35.
+    assert gain["p"] == gain["min_p"] == pytest.approx(2 / 35)
     # Gain vs the single filtered seed: the point value, no interval, and the words.
     gain = gains["filtered"]
     assert gain["value"] == pytest.approx((0.56 / 0.3 - 1) * 100)
@@ -424,7 +431,15 @@ def test_every_gain_and_mean_has_its_interval_and_n_and_one_agent_has_none(db):
     assert small["gains"]["isolated"]["low"] is None
     assert small["gains"]["isolated"]["note"] == "one swarm: no interval for the gain"
     # No baseline arm at all: no gain, no words.
-    assert small["gains"]["filtered"] == {"value": None, "low": None, "high": None, "n": [1, 0], "note": None}
+    assert small["gains"]["filtered"] == {
+        "value": None,
+        "low": None,
+        "high": None,
+        "n": [1, 0],
+        "note": None,
+        "p": None,
+        "min_p": 1.0,
+    }
 
 
 def test_the_per_round_difference_counts_swarms_and_seeds_not_nodes(db):
@@ -455,6 +470,50 @@ def test_the_per_round_difference_counts_swarms_and_seeds_not_nodes(db):
     (point,) = dashboard.points(campaign.pk, {("tiny-1m", "swarm", 3)})
     assert (point["agents"], point["units"]) == (4, 2)
     assert (point["unit_mean"], point["unit_std"]) == pytest.approx((0.6, 0.1))
+
+
+def welch_by_hand(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Welch's 95% t interval of mean(a) - mean(b), worked here from its definition with df
+    rounded down and the t table's quantiles (not stats'), for the tests' designs."""
+    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 6: 2.4469}
+    v_a, v_b = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    df = math.floor((v_a + v_b) ** 2 / (v_a**2 / (len(a) - 1) + v_b**2 / (len(b) - 1)))
+    d = np.mean(a) - np.mean(b)
+    return d - table[df] * math.sqrt(v_a + v_b), d + table[df] * math.sqrt(v_a + v_b)
+
+
+def test_the_per_round_difference_band_is_welchs_t_interval_over_units_live_too(db):
+    """The paired-difference chart's band comes from the server (issue #47): per round, Welch's
+    t interval of the swarms' mean minus the seeds' (the two swarm means 0.6 and 0.4 against 3
+    seeds), in the page's payload and, for a round that arrives later, in the socket's bands;
+    none against a control with one seed. A 1.96-standard-error band (the browser's of old) is
+    about half as wide at these n."""
+    campaign = make_campaign(replicates=2)
+    nodes = {"node:a0": 0.5, "node:a1": 0.7, "node:b0": 0.3, "node:b1": 0.5}
+    add_nodes(campaign, "tiny-1m", {"node:a0": 0, "node:a1": 0, "node:b0": 1, "node:b1": 1})
+    add_rows(campaign, "swarm", "tiny-1m", list(nodes), range(3), lambda a, r: nodes[a])
+    add_rows(campaign, "isolated", "tiny-1m", ["control:1", "control:2", "control:3"], range(3), noisy)
+    add_rows(campaign, "filtered", "tiny-1m", ["control:9"], range(3), noisy)
+    bands = dashboard.dashboard_payload(campaign)["difference_bands"]["tiny-1m"]
+    seeds = [noisy(f"control:{i}", 0) for i in (1, 2, 3)]
+    low, high = welch_by_hand([0.6, 0.4], seeds)
+    assert bands["isolated"]["round"] == [0, 1, 2]
+    assert (bands["isolated"]["low"][0], bands["isolated"]["high"][0]) == pytest.approx((low, high), abs=1e-4)
+    assert bands["isolated"]["difference"][0] == pytest.approx(0.5 - np.mean(seeds))
+    normal = 1.96 * math.sqrt(np.var([0.6, 0.4], ddof=1) / 2 + np.var(seeds, ddof=1) / 3)
+    assert high - low > 3 * normal  # t_{0.975, 1} = 12.7 where n = 2 swarms gives df 1
+    assert bands["filtered"]["low"] == [None] * 3 and bands["filtered"]["high"] == [None] * 3
+    # A later round of the control, live: its band against the swarm, the same definition.
+    add_rows(campaign, "swarm", "tiny-1m", list(nodes), range(3, 4), lambda a, r: nodes[a] + 0.1)
+    add_rows(campaign, "isolated", "tiny-1m", ["control:1", "control:2", "control:3"], range(3, 4), noisy)
+    rollups.refresh_rollups()
+    (band,) = dashboard.point_bands(campaign.pk, {("tiny-1m", "isolated", 3)})
+    seeds = [noisy(f"control:{i}", 3) for i in (1, 2, 3)]
+    assert (band["tier"], band["arm"], band["round"]) == ("tiny-1m", "isolated", 3)
+    assert (band["low"], band["high"]) == pytest.approx(welch_by_hand([0.7, 0.5], seeds), abs=1e-4)
+    # The swarm's round changes its band against every control that has the round.
+    live = dashboard.point_bands(campaign.pk, {("tiny-1m", "swarm", 3)})
+    assert [(b["arm"], b["round"]) for b in live] == [("isolated", 3)]
 
 
 def test_the_external_share_is_shown_per_tier_with_its_interval_and_n(db):
@@ -790,10 +849,12 @@ def test_new_control_arms_and_their_mechanism_are_shown_with_intervals_and_n(db)
     assert (others["mean"], others["agents"], others["note"]) == (0.0, 2, None)
     age = mech["self"]["batch/external_age"]
     assert age["mean"] == pytest.approx(1.5) and age["low"] < 1.5 < age["high"]
-    # The swarm's mechanism per swarm: w0 + w2 took 4 from others, w1 + w3 took 3.
+    # The swarm's mechanism per swarm: w0 + w2 took 4 from others, w1 + w3 took 3; the t interval
+    # of 2 units, 3.5 -+ t_{0.975, 1} 0.5 (t = 12.706), is as wide as 2 units make it.
     others = mech["swarm"]["batch/external_from_others"]
-    assert (
-        others["mean"] == pytest.approx(3.5) and others["agents"] == 2 and others["low"] == pytest.approx(3.0)
+    assert others["mean"] == pytest.approx(3.5) and others["agents"] == 2
+    assert (others["low"], others["high"]) == pytest.approx(
+        (3.5 - 12.7062 * 0.5, 3.5 + 12.7062 * 0.5), abs=1e-3
     )
     assert mech["swarm"]["grad_norm_clipped"]["mean"] == pytest.approx(1.0)
     # The per-round rollup equals the raw mean over agents.

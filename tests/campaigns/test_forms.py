@@ -3,6 +3,9 @@ its field, tiers no seen worker can run, local workers started from the form."""
 
 from __future__ import annotations
 
+import html
+import math
+import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -322,10 +325,11 @@ def test_the_form_offers_every_control_kind_and_sapo_table_turns_on_the_falsifie
     assert demo["controls_isolated"] and demo["controls_self_replay"]
     assert not demo["controls_filtered"] and not demo["controls_over_generation"]
     assert demo["controls_reference"] == "self"
-    # Independent swarms (issue #26): the demo's 4 nodes per tier as 2 swarms, sapo-table 3
-    # swarms against 3 seeds of each control, so that both gains have an interval.
+    # Independent swarms (issue #26): the demo's 4 nodes per tier as 2 swarms, sapo-table 4
+    # swarms against 4 seeds of each control, so that both gains have an interval and the
+    # headline can reach a verdict (issue #47: 3 vs 3 cannot).
     assert demo["replicates"] == 2
-    assert (form.initial["replicates"], form.initial["control_seeds"]) == (3, 3)
+    assert (form.initial["replicates"], form.initial["control_seeds"]) == (4, 4)
     assert "not independent" in form.fields["replicates"].help_text
 
 
@@ -445,3 +449,60 @@ def test_the_organizer_chooses_what_becomes_of_rollouts_past_the_window(staff):
         assert Campaign.objects.get(name=f"retention {choice}").settings.pool_retention == expected
     response = staff.post(reverse("campaign-new"), form_data(name="bad", pool_retention="keep-forever"))
     assert "pool_retention" in response.context["form"].errors
+
+
+# --- sizing before launch (issue #47) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("swarms", "seeds", "splits", "smallest", "decides"),
+    [
+        (2, 3, 10, "0.2", False),
+        (3, 5, 56, "0.036", True),
+        (4, 4, 70, "0.029", True),
+        (3, 3, 20, "0.1", False),
+    ],
+)
+def test_the_sizing_line_gives_the_smallest_p_of_the_exact_counts(
+    staff, swarms, seeds, splits, smallest, decides
+):
+    """The form's sizing line for R swarms against S seeds: the exact two-sided permutation
+    test's smallest p, 2 / C(R + S, R) (10, 56, 70 and 20 ways to split the units), the smallest
+    gain it detects with 80 % power from the study's spread where it can reach 0.05, and a
+    warning where it cannot; on the form's page (as posted) and as form.js fetches it."""
+    assert math.comb(swarms + seeds, swarms) == splits
+    assert float(smallest) == pytest.approx(2 / splits, abs=0.0005)
+    response = staff.post(
+        reverse("campaign-new"), form_data(name="", replicates=swarms, control_seeds=seeds, tiers=["tiny-1m"])
+    )
+    page = response.content.decode()
+    line = re.search(r'<p id="sizing" class="([^"]*)"[^>]*>([^<]*)</p>', page)
+    assert line, page
+    text = html.unescape(line.group(2))
+    assert text.startswith(
+        f"Sizing: {swarms} swarms per model size against {seeds} seeds per control: the smallest p "
+        f"the exact permutation test over them can give is {smallest}"
+    ), text
+    assert ("sizing-warning" in line.group(1)) != decides
+    if decides:
+        detectable = re.search(r"the smallest gain it detects with 80 % power is about (\d+\.\d) %", text)
+        assert detectable and 3.0 < float(detectable.group(1)) < 8.0, text
+        assert "docs/experiments/sapo-table-cpu-v3.md" in text
+    else:
+        assert "no difference can be shown at the 5 % level, whatever the results" in text
+    fetched = staff.get(reverse("campaign-sizing"), {"replicates": swarms, "seeds": seeds, "tiers": 1}).json()
+    assert fetched["text"] == text and fetched["can_decide"] == decides
+    assert fetched["min_p"] == pytest.approx(2 / splits)
+
+
+def test_the_presets_are_sized_sapo_table_to_decide_the_demo_to_describe(staff):
+    """sapo-table (4 vs 4) can reach a verdict on its headline; cpu-demo (2 vs 3) cannot, and its
+    form says so before launch."""
+    table = staff.get(reverse("campaign-new") + "?preset=sapo-table").context["sizing"]
+    assert table.can_decide and table.min_p == pytest.approx(2 / 70)
+    demo = staff.get(reverse("campaign-new") + "?preset=cpu-demo")
+    assert not demo.context["sizing"].can_decide and demo.context["sizing"].min_p == pytest.approx(0.2)
+    assert 'class="sizing sizing-warning"' in demo.content.decode()
+    assert (
+        staff.get(reverse("campaign-sizing"), {"replicates": "x", "seeds": 3, "tiers": 1}).status_code == 400
+    )

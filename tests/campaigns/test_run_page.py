@@ -4,15 +4,19 @@ on the real database (stored reports, the real rollups and dashboard payload).
 
 * started, elapsed and, while running, the time left per tier and arm from the rate so far
   ("–" before an arm has a round);
-* at the end, a verdict written from the numbers: "no difference this campaign can detect" when
-  the headline gain's interval includes 0, higher/lower otherwise, the gain per window, n and
-  what is independent (control seeds and swarms are; one swarm's nodes, sharing its pool, are not);
+* at the end, a verdict written from the numbers (issue #47): higher/lower only when the exact
+  permutation test over units rejects at 5 % (windows: Holm-adjusted) with the interval on that
+  side of 0, "no difference this campaign can detect" otherwise, and, for a design that cannot
+  reach p < 0.05 at all (2 swarms against 3 seeds), the sentence saying so and the gain as a
+  description; the gain per window, n and what is independent (control seeds and swarms are;
+  one swarm's nodes, sharing its pool, are not);
 * the settings as labelled fields, never a raw dict;
 * no "running" words on the page of a campaign that is not running, in every state.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -68,11 +72,24 @@ def tables(state: str = "running", started: datetime | None = NOW - timedelta(mi
     return payload
 
 
-def gain(value: float | None, low: float | None, high: float | None, n: tuple[int, int] = (2, 3)) -> dict:
+def gain(
+    value: float | None,
+    low: float | None,
+    high: float | None,
+    n: tuple[int, int] = (5, 5),
+    p: float | None = 0.34,
+    p_holm: float | None = None,
+) -> dict:
+    """A gain row as estimates.gain_row writes it; min_p = 2 / C(R + S, R), the exact two-sided
+    permutation test's smallest p (5 vs 5: 2 / 252 = 0.0079)."""
     note = None
     if value is not None and min(n) < 2:
         note = "one swarm: no interval for the gain" if n[0] < 2 else "no interval (1 node)"
-    return {"value": value, "low": low, "high": high, "n": list(n), "note": note}
+    row = {"value": value, "low": low, "high": high, "n": list(n), "note": note, "p": p}
+    row["min_p"] = min(1.0, 2 / math.comb(n[0] + n[1], n[0]))
+    if p_holm is not None:
+        row["p_holm"] = p_holm
+    return row
 
 
 def test_time_left_per_arm_from_the_rate_so_far():
@@ -145,7 +162,8 @@ def test_no_running_words_unless_running(state):
     assert bool(info["verdict"]) == (state in ("completed", "stopped", "failed"))
 
 
-def summary(headline: dict, windows: list[dict] | None = None, nodes: int = 4) -> dict:
+def summary(headline: dict, windows: list[dict] | None = None, nodes: int = 4, family: int = 3) -> dict:
+    """tiny-1m's summary; ``family``: the windows Holm adjusted over (estimates.adjust_windows)."""
     arms = {"swarm": {"agents": headline["n"][0], "nodes": nodes}}
     return {
         "tiny-1m": {
@@ -153,16 +171,20 @@ def summary(headline: dict, windows: list[dict] | None = None, nodes: int = 4) -
             "reference": "self",
             "gain": headline,
             "windows": windows or [],
+            "windows_family": {"self": family},
             "arms": arms,
         }
     }
 
 
-def test_verdict_no_difference_when_the_interval_includes_zero():
+def test_verdict_no_difference_when_the_test_does_not_reject():
+    """5 swarms against 5 seeds (smallest p 0.0079; 3 windows x 0.0079 = 0.024, so the windows
+    can reach a verdict too): the headline's p = 0.34, no difference; each window judged on its
+    Holm-adjusted p and its interval."""
     windows = [
-        {"start": 0, "end": 13, "gains": {"self": gain(6.0, 1.0, 11.0)}},
-        {"start": 13, "end": 26, "gains": {"self": gain(1.0, -3.0, 5.0)}},
-        {"start": 26, "end": 40, "gains": {"self": gain(-4.0, -8.0, -0.5)}},
+        {"start": 0, "end": 13, "gains": {"self": gain(6.0, 1.0, 11.0, p=0.008, p_holm=0.024)}},
+        {"start": 13, "end": 26, "gains": {"self": gain(1.0, -3.0, 5.0, p=0.6, p_holm=0.6)}},
+        {"start": 26, "end": 40, "gains": {"self": gain(-4.0, -8.0, -0.5, p=0.016, p_holm=0.032)}},
     ]
     info = run_info.run_info(tables("completed", summary=summary(gain(1.5, -4.4, 7.5), windows)), NOW)
     (verdict,) = info["verdict"]
@@ -172,14 +194,16 @@ def test_verdict_no_difference_when_the_interval_includes_zero():
         "No difference this campaign can detect between the swarm and self-replay (4/4-self)"
     )
     assert "+1.5 % [-4.4 %, +7.5 %]" in first and "rounds 0–39" in first
-    # The time course, each window judged by its own interval.
+    assert "exact permutation test over swarms and seeds, p = 0.34" in first
+    # The time course, each window judged by its Holm-adjusted p and its own interval.
     assert by_window == (
-        "By window (thirds of the rounds): rounds 0–12: +6.0 % [+1.0 %, +11.0 %], higher; "
-        "rounds 13–25: +1.0 % [-3.0 %, +5.0 %], no difference this campaign can detect; "
-        "rounds 26–39: -4.0 % [-8.0 %, -0.5 %], lower."
+        "By window (thirds of the rounds; Holm-adjusted over 3 windows of every model size): "
+        "rounds 0–12: +6.0 % [+1.0 %, +11.0 %], higher (Holm p = 0.024); "
+        "rounds 13–25: +1.0 % [-3.0 %, +5.0 %], no difference shown (Holm p = 0.6); "
+        "rounds 26–39: -4.0 % [-8.0 %, -0.5 %], lower (Holm p = 0.032)."
     )
     # n, and what is independent: seeds and swarms are, a swarm's nodes count once.
-    assert n.startswith("n = 2 swarms of 4 nodes in all vs 3 self-replay (4/4-self) seeds.")
+    assert n.startswith("n = 5 swarms of 4 nodes in all vs 5 self-replay (4/4-self) seeds.")
     assert "seeds and the swarms are independent runs" in n and "each swarm counts once" in n
     assert "each swarm counts once, whatever its nodes" in info["independence"]
     assert info["verdict_title"] == "Verdict"
@@ -189,20 +213,61 @@ def test_verdict_no_difference_when_the_interval_includes_zero():
         "what": "swarm vs self-replay (4/4-self), rounds 0–39",
         "value": "+1.5 %",
         "interval": "[-4.4 %, +7.5 %]",
-        "n": "n = 2 swarms vs 3 seeds",
+        "n": "n = 5 swarms vs 5 seeds",
         "note": None,
+        "design": None,
     }
 
 
+@pytest.mark.parametrize(("n", "smallest"), [((2, 3), "0.2"), ((3, 3), "0.1"), ((3, 4), "0.057")])
+def test_a_design_that_cannot_decide_says_so_and_only_describes(n, smallest):
+    """2 vs 3, 3 vs 3, 3 vs 4: the exact test's smallest p (2 / C(R + S, R)) is above 0.05, so
+    neither the headline nor a window reads higher or lower, whatever the intervals; the page
+    says why in words, from the numbers."""
+    windows = [
+        {"start": 0, "end": 13, "gains": {"self": gain(4.7, 1.6, 7.9, n, p=0.2, p_holm=0.6)}},
+        {"start": 13, "end": 40, "gains": {"self": gain(-5.5, -9.3, -0.5, n, p=0.2, p_holm=0.6)}},
+    ]
+    head = gain(7.7, 3.8, 11.7, n, p=float(smallest))
+    info = run_info.run_info(tables("completed", summary=summary(head, windows, family=6)), NOW)
+    (verdict,) = info["verdict"]
+    assert verdict["judgement"] == "cannot decide"
+    swarms, seeds = n
+    sentence = (
+        f"{swarms} swarms against {seeds} seeds: no difference can be shown at the 5 % level; "
+        f"the smallest p possible is {smallest}"
+    )
+    assert verdict["lines"][0] == (
+        f"{sentence}. As a description, not a finding: over rounds 0–39 the swarm's cumulative "
+        "reward is +7.7 % [+3.8 %, +11.7 %] against self-replay (4/4-self) (95 % t interval)."
+    )
+    assert verdict["lines"][1].startswith("By window (thirds of the rounds; a description, not a finding: ")
+    assert (
+        "rounds 0–12: +4.7 % [+1.6 %, +7.9 %]; rounds 13–39: -5.5 % [-9.3 %, -0.5 %]." in verdict["lines"][1]
+    )
+    (headline,) = info["headlines"]
+    assert headline["design"] == f"{sentence}; the gain above is a description, not a finding."
+    words = " ".join([*verdict["lines"], *(str(v) for v in headline.values())]).lower()
+    assert "higher" not in words and "lower" not in words
+
+
 def test_verdict_higher_lower_and_no_interval():
-    higher = run_info.verdict(tables("completed", summary=summary(gain(12.0, 3.0, 20.0))), "tiny-1m")
+    higher = run_info.verdict(tables("completed", summary=summary(gain(12.0, 3.0, 20.0, p=0.008))), "tiny-1m")
     assert higher["judgement"] == "higher"
     assert higher["lines"][0] == (
         "The swarm's cumulative reward over rounds 0–39 is higher than self-replay (4/4-self)'s: "
-        "+12.0 % [+3.0 %, +20.0 %], a 95 % interval above 0."
+        "+12.0 % [+3.0 %, +20.0 %], a 95 % interval above 0 (exact permutation test over swarms "
+        "and seeds, p = 0.008)."
     )
-    lower = run_info.verdict(tables("completed", summary=summary(gain(-9.0, -15.0, -2.0))), "tiny-1m")
+    lower = run_info.verdict(tables("completed", summary=summary(gain(-9.0, -15.0, -2.0, p=0.03))), "tiny-1m")
     assert lower["judgement"] == "lower" and "below 0" in lower["lines"][0]
+    # The interval alone is not enough: the test must reject too (and the other way round).
+    untested = run_info.verdict(
+        tables("completed", summary=summary(gain(12.0, 3.0, 20.0, p=0.06))), "tiny-1m"
+    )
+    assert untested["judgement"] == "none"
+    wide = run_info.verdict(tables("completed", summary=summary(gain(12.0, -3.0, 20.0, p=0.008))), "tiny-1m")
+    assert wide["judgement"] == "none"
     single = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (1, 3)))), "tiny-1m")
     assert (
         single["judgement"] == "no interval"
@@ -371,13 +436,13 @@ def page(client: Client, campaign: Campaign) -> str:
 
 @pytest.mark.django_db
 def test_completed_page_says_no_detectable_difference_with_n_and_readable_settings(anonymous):
-    html = page(anonymous, seed("completed"))
+    html = page(anonymous, seed("completed", replicates=4, self_replay=(0.44, 0.50, 0.46, 0.42)))
     assert section(html, "run-state") == "Completed: every arm ran its 9 rounds; the numbers below are final."
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", section(html, "run-started"))
     assert section(html, "run-elapsed") == "10 min 00 s"
     verdict = visible_text(html[html.index('id="verdict"') - 5 : html.index('id="verdict-pending"')])
     assert verdict.startswith("Verdict tiny-1m No difference this campaign can detect"), verdict
-    assert "n = 2 swarms of 4 nodes in all vs 3 self-replay (4/4-self) seeds." in verdict
+    assert "n = 4 swarms of 4 nodes in all vs 4 self-replay (4/4-self) seeds." in verdict
     assert "each swarm counts once, whatever its nodes" in verdict
     # The same per window: three thirds of H = 9.
     assert "rounds 0–2:" in verdict and "rounds 3–5:" in verdict and "rounds 6–8:" in verdict
@@ -385,7 +450,7 @@ def test_completed_page_says_no_detectable_difference_with_n_and_readable_settin
     # The headline gain as one line of text, not a table cell.
     headline = visible_text(html[html.index('class="headline"') - 3 :]).split(" Rounds done")[0]
     assert re.match(
-        r"tiny-1m swarm vs self-replay \(4/4-self\), rounds 0–8: \+1\.8 % \[[^]]+\] n = 2 swarms vs 3 seeds",
+        r"tiny-1m swarm vs self-replay \(4/4-self\), rounds 0–8: \+4\.4 % \[[^]]+\] n = 4 swarms vs 4 seeds$",
         headline,
     )
     # Settings: labelled fields.
@@ -399,13 +464,38 @@ def test_completed_page_says_no_detectable_difference_with_n_and_readable_settin
 
 @pytest.mark.django_db
 def test_completed_page_says_which_arm_is_higher(anonymous):
-    html = page(anonymous, seed("completed", swarm=(0.60, 0.62, 0.64, 0.66), self_replay=(0.40, 0.42, 0.44)))
+    """4 swarms against 4 seeds and a large true difference: every swarm above every seed, the
+    exact test's p = 2 / C(8, 4) = 0.029, and the interval above 0: the verdict reads higher."""
+    swarm, seeds = (0.60, 0.62, 0.64, 0.66), (0.40, 0.42, 0.44, 0.38)
+    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=4))
     assert 'data-judgement="higher"' in html
     verdict = section(html, "verdict-tiers")
     assert (
-        "The swarm's cumulative reward over rounds 0–8 is higher than self-replay (4/4-self)'s: +50.0 % ["
+        "The swarm's cumulative reward over rounds 0–8 is higher than self-replay (4/4-self)'s: +53.7 % ["
         in verdict
     )
+    assert "(exact permutation test over swarms and seeds, p = 0.029)" in verdict
+    assert section(html, "headlines").endswith("n = 4 swarms vs 4 seeds")  # no sentence on the design
+
+
+@pytest.mark.django_db
+def test_two_swarms_against_three_seeds_cannot_decide_and_the_page_says_so(anonymous):
+    """The demo's design with a true difference of +5 %: the swarms' means 0.42 against the seeds'
+    0.40, every swarm above every seed, so p is the smallest 2 vs 3 allows, 0.2. Nothing on the
+    page reads higher or lower, neither the headline nor a window; the page says why, in words."""
+    swarm, seeds = (0.415, 0.42, 0.425, 0.42), (0.40, 0.41, 0.39)  # swarms (0, 2) and (1, 3): 0.42, 0.42
+    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=2))
+    sentence = (
+        "2 swarms against 3 seeds: no difference can be shown at the 5 % level; the smallest p "
+        "possible is 0.2"
+    )
+    assert 'data-judgement="cannot decide"' in html
+    verdict = section(html, "verdict-tiers")
+    assert verdict.startswith(f"tiny-1m {sentence}. As a description, not a finding:"), verdict
+    assert "+5.0 % [" in verdict and "rounds 0–2: +5.0 % [" in verdict
+    assert sentence in section(html, "headlines")
+    text = visible_text(html).lower()
+    assert "higher" not in text and "lower" not in text, text
 
 
 @pytest.mark.django_db
@@ -446,8 +536,9 @@ def test_every_state_says_only_what_is_true(anonymous, state):
 def test_run_json_follows_the_page_and_its_visibility(anonymous, staff):
     campaign = seed("completed")
     info = anonymous.get(f"/api/campaigns/{campaign.pk}/run").json()
-    assert info["state"] == "completed" and info["verdict"][0]["judgement"] == "none"
+    assert info["state"] == "completed" and info["verdict"][0]["judgement"] == "cannot decide"
     assert info["headlines"][0]["value"] == "+1.8 %"
+    assert info["headlines"][0]["design"].startswith("2 swarms against 3 seeds: no difference can be shown")
     Campaign.objects.filter(pk=campaign.pk).update(public=False)
     assert anonymous.get(f"/api/campaigns/{campaign.pk}/run").status_code == 404
     assert staff.get(f"/api/campaigns/{campaign.pk}/run").status_code == 200

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from swarm_app.coordinator.tokens import create_token
 from swarm_app.runs import lifecycle
 from tests.servers import asgi_server, free_port, stop, worker_process
 from tests.system.conftest import ARTIFACTS, PHONE
+from worker.shared import stats
 from worker.shared.campaign import CampaignConfig, ControlsConfig
 
 pytestmark = pytest.mark.slow
@@ -548,7 +550,9 @@ def test_the_newest_rounds_of_a_node_ahead_are_drawn_apart(transactional_db, pag
 def check_differences(page) -> None:
     """The seeded campaign's per-round differences (R = 2): the swarm's units are its 2 swarms
     (nodes 0, 2 and nodes 1, 3), so the differences against the 3 isolated and the 2 self-replay
-    seeds have a band, the one filtered seed's none."""
+    seeds have a band, the one filtered seed's none. The band drawn is the server's (issue #47:
+    the payload's difference_bands, never computed in the browser), point for point, and at
+    least as wide as a t interval on the same units."""
     chart = "document.getElementById('difference-tiny-1m').data"
     bands = f"() => {chart}.filter((t) => t.name.endsWith(' band')).map((t) => t.name)"
     assert page.evaluate(bands) == ["isolated band", "isolated band", "self band", "self band"]
@@ -558,12 +562,32 @@ def check_differences(page) -> None:
         "filtered": "2 swarms vs 1 seed",
         "self": "2 swarms vs 2 seeds",
     }
-    # The band's half-width from the two swarm means (0.54, 0.58) and the 3 seeds (0.35, 0.40,
-    # 0.45): 1.96 sqrt(s²/2 + s'²/3), s² the sample variances.
-    low = f"() => {chart}.find((t) => t.name === 'isolated band').y[0]"
-    swarm_variance, seed_variance = 2 * 0.02**2 / (2 - 1), 2 * 0.05**2 / (3 - 1)
-    half = 1.96 * math.sqrt(swarm_variance / 2 + seed_variance / 3)
-    assert page.evaluate(low) == pytest.approx(0.56 - 0.40 - half)
+    drawn = page.evaluate(
+        f"() => Object.fromEntries(['isolated', 'self'].map((arm) => [arm, {chart}"
+        ".filter((t) => t.name === arm + ' band').map((t) => ({x: t.x, y: t.y}))]))"
+    )
+    api = re.sub(r"/campaigns/(\d+)/.*$", r"/api/campaigns/\1/dashboard", page.url)
+    served = page.request.get(api).json()["difference_bands"]["tiny-1m"]
+    for arm in ("isolated", "self"):
+        (low, high), band = drawn[arm], served[arm]
+        rounds = [r for r in band["round"] if r in low["x"]]
+        assert low["x"] == high["x"] == rounds == list(range(10)), (arm, low["x"], band["round"])
+        assert low["y"] == pytest.approx(band["low"][:10], abs=1e-12)
+        assert high["y"] == pytest.approx(band["high"][:10], abs=1e-12)
+    # Round 0 against isolated: the two swarm means (0.54, 0.58) and the 3 seeds (0.35, 0.40,
+    # 0.45). Welch's t interval with its own df (2.999) and the pooled-variance t interval (df 3)
+    # are both inside the band (the server rounds Welch's df down: t_{0.975, 2} = 4.303).
+    swarms, seeds = [0.54, 0.58], [0.35, 0.40, 0.45]
+    v_a, v_b = statistics.variance(swarms) / 2, statistics.variance(seeds) / 3
+    df = (v_a + v_b) ** 2 / (v_a**2 / 1 + v_b**2 / 2)
+    welch = stats.t_quantile(0.975, df) * math.sqrt(v_a + v_b)
+    pooled = 3.182446 * math.sqrt(
+        (statistics.variance(swarms) + 2 * statistics.variance(seeds)) / 3 * (1 / 2 + 1 / 3)
+    )
+    low, high = drawn["isolated"][0]["y"][0], drawn["isolated"][1]["y"][0]
+    assert (low + high) / 2 == pytest.approx(0.56 - 0.40)
+    assert (high - low) / 2 >= max(welch, pooled) - 1e-12
+    assert (high - low) / 2 == pytest.approx(4.302653 * math.sqrt(v_a + v_b), rel=1e-5)
 
 
 def check_summary(page) -> None:

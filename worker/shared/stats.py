@@ -12,9 +12,20 @@ quantity is computed one way everywhere.
   resampled on its own (e.g. swarm workers against isolated seeds: different agents).
 * :func:`sign_flip_test`: the paired (sign-flip) permutation test, exact for small n.
 * :func:`holm`: Holm's step-down adjustment of a family of p-values.
+* :func:`t_interval`, :func:`welch_interval`, :func:`welch_gain_interval`: t-based intervals
+  of a mean, of a difference of two independent means and of the relative gain between them,
+  which hold their 95% at 2 to 8 units where the percentile bootstrap does not (issue #47).
+* :func:`permutation_test`: the exact two-sample permutation test over independent units
+  (swarms against control seeds), its smallest possible p (:func:`permutation_min_p`), its
+  power and the smallest difference it detects (:func:`permutation_power`,
+  :func:`permutation_detectable_difference`).
 
 Every random draw comes from ``numpy.random.default_rng(seed)``, so the same data give the same
 interval and p-value on every call.
+
+This module is long because it is the one definition of every statistic the study and the page
+show (paired and unpaired, bootstrap, t and permutation, with their planning functions): split,
+the two callers would drift apart again.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -351,9 +363,11 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@lru_cache(maxsize=1024)
 def t_quantile(probability: float, df: float) -> float:
     """The ``probability`` quantile of Student's t with ``df`` degrees of freedom (bisection on
-    :func:`t_cdf`; t_0.975 = 12.706 at df 1, 2.262 at df 9, 2.045 at df 29)."""
+    :func:`t_cdf`; t_0.975 = 12.706 at df 1, 2.262 at df 9, 2.045 at df 29). Memoized: the
+    intervals below ask for whole degrees of freedom, a few distinct values per page."""
     if not 0.0 < probability < 1.0 or df <= 0:
         raise ValueError("t_quantile needs 0 < probability < 1 and df > 0")
     if probability < 0.5:
@@ -395,3 +409,211 @@ def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | Non
         return None
     dx = x - x.mean()
     return float(np.sum(dx * (y - y.mean())) / np.sum(dx * dx))
+
+
+# --- two independent samples at small n: swarms against control seeds (issue #47) --------------
+
+EXACT_MAX_SPLITS = 20_000  # C(16, 8) = 12,870 splits: enumerating them is cheaper than sampling
+
+
+def welch_df(var_mean_a: float, n_a: int, var_mean_b: float, n_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of v_a + v_b, v = the variance of a sample's mean
+    (s^2 / n): df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1)); it lies between
+    min(n_a, n_b) - 1 and n_a + n_b - 2. Needs n_a, n_b >= 2 and v_a + v_b > 0."""
+    return (var_mean_a + var_mean_b) ** 2 / (var_mean_a**2 / (n_a - 1) + var_mean_b**2 / (n_b - 1))
+
+
+def _t_half_width(var_mean_a: float, n_a: int, var_mean_b: float, n_b: int, confidence: float) -> float:
+    """t_{(1 + c)/2, floor(df)} sqrt(v_a + v_b), df Welch's (:func:`welch_df`) rounded down to a
+    whole number: never narrower than Welch's own interval (a t quantile falls as df grows)."""
+    df = max(1, math.floor(welch_df(var_mean_a, n_a, var_mean_b, n_b) + 1e-9))
+    return t_quantile((1 + confidence) / 2, df) * math.sqrt(var_mean_a + var_mean_b)
+
+
+def welch_interval(
+    mean_a: float, var_a: float, n_a: int, mean_b: float, var_b: float, n_b: int, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """Welch's t interval of mean_a - mean_b from two independent samples' means, sample
+    variances (ddof 1) and sizes: (mean_a - mean_b) -+ t_{(1 + c)/2, floor(df)} sqrt(var_a / n_a
+    + var_b / n_b), df :func:`welch_df` rounded down. None when either sample has fewer than 2
+    values (no spread to estimate); two spreads of 0 give the difference itself."""
+    if n_a < 2 or n_b < 2:
+        return None
+    difference = mean_a - mean_b
+    var_mean_a, var_mean_b = var_a / n_a, var_b / n_b
+    if var_mean_a + var_mean_b <= 0:
+        return difference, difference
+    half = _t_half_width(var_mean_a, n_a, var_mean_b, n_b, confidence)
+    return difference - half, difference + half
+
+
+def welch_gain_interval(
+    a: Sequence[float], b: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """The t interval of the relative gain g = (mean(a) - mean(b)) / |mean(b)| of two independent
+    samples (swarms against control seeds), by the delta method with Welch's degrees of freedom:
+
+        v_a = s_a^2 / (n_a mean(b)^2),   v_b = mean(a)^2 s_b^2 / (n_b mean(b)^4)
+        g -+ t_{(1 + c)/2, floor(df)} sqrt(v_a + v_b),   df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1))
+
+    (s^2: sample variances, ddof 1; v_a, v_b the two terms of the gain's variance). Centred on
+    g, so the page's point is always inside it. None when either sample has fewer than 2 values
+    or mean(b) is 0 (the gain is undefined); no spread at all gives g itself. Its coverage at
+    2 to 8 units per arm is measured in tests/worker/shared/test_small_sample_coverage.py."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return None
+    mean_a, mean_b = float(x.mean()), float(y.mean())
+    if mean_b == 0:
+        return None
+    gain = (mean_a - mean_b) / abs(mean_b)
+    var_a = float(x.var(ddof=1)) / (x.size * mean_b**2)
+    var_b = mean_a**2 * float(y.var(ddof=1)) / (y.size * mean_b**4)
+    if var_a + var_b <= 0:
+        return gain, gain
+    half = _t_half_width(var_a, int(x.size), var_b, int(y.size), confidence)
+    return gain - half, gain + half
+
+
+def permutation_min_p(n_a: int, n_b: int) -> float:
+    """The smallest p the two-sided exact permutation test (:func:`permutation_test`) can give
+    with n_a units against n_b: each one-sided tail holds at least the observed split out of
+    C(n_a + n_b, n_a), and the two-sided p doubles the smaller tail, so
+    p_min = min(1, 2 / C(n_a + n_b, n_a)): 2 vs 3 -> 0.2, 3 vs 3 -> 0.1, 3 vs 4 -> 0.057,
+    3 vs 5 -> 0.036, 4 vs 4 -> 0.029. 1 with an empty sample."""
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    p_value: float
+    exact: bool  # True: every split enumerated; False: Monte-Carlo estimate
+    n_a: int
+    n_b: int
+    statistic: float  # mean(a) - mean(b)
+    min_p_value: float  # the smallest p this test can give with these sizes (permutation_min_p)
+
+
+@lru_cache(maxsize=64)
+def _splits(n_a: int, n: int) -> np.ndarray:
+    """Every choice of n_a of n positions as the rows of a 0/1 matrix [C(n, n_a), n], so that
+    ``values @ splits.T`` sums each choice (memoized: a page asks for a few designs, often; the
+    matrix is only read)."""
+    chosen = np.array(list(itertools.combinations(range(n), n_a)), dtype=np.intp).reshape(-1, n_a)
+    matrix = np.zeros((chosen.shape[0], n))
+    np.put_along_axis(matrix, chosen, 1.0, axis=1)
+    return matrix
+
+
+def _random_splits(n_a: int, n: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` random choices of n_a of n positions, as :func:`_splits`' 0/1 rows."""
+    order = rng.permuted(np.tile(np.arange(n), (count, 1)), axis=1)
+    matrix = np.zeros((count, n))
+    np.put_along_axis(matrix, order[:, :n_a], 1.0, axis=1)
+    return matrix
+
+
+def permutation_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    resamples: int = PERMUTATION_RESAMPLES,
+    seed: int = 0,
+    exact_max_splits: int = EXACT_MAX_SPLITS,
+) -> PermutationResult:
+    """Two-sided exact permutation test of H0: the n_a units of a and the n_b units of b come
+    from one distribution (independent units: swarms against control seeds).
+
+    With T = mean(a) - mean(b) and T*_k the same statistic for each split k of the pooled units
+    into n_a and n_b (the observed split among them):
+
+        p = min(1, 2 min(#{k : T*_k >= T}, #{k : T*_k <= T}) / C(n_a + n_b, n_a))   (exact)
+
+    the doubled smaller tail, so p >= :func:`permutation_min_p`. Above ``exact_max_splits``
+    splits, K random splits give each tail as (1 + hits) / (1 + K) (Phipson-Smyth). Ties are
+    counted with a relative tolerance of 1e-9, as in :func:`sign_flip_test`."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n_a, n_b = int(x.size), int(y.size)
+    if n_a < 1 or n_b < 1:
+        raise ValueError("the permutation test needs at least one unit on each side")
+    pooled = np.concatenate([x, y])
+    total, n = float(pooled.sum()), n_a + n_b
+    observed = float(x.mean() - y.mean())
+    tolerance = 1e-9 * max(1.0, float(np.abs(pooled).max()))
+    splits = math.comb(n, n_a)
+    if splits <= exact_max_splits:
+        sums = _splits(n_a, n) @ pooled
+        statistics = sums / n_a - (total - sums) / n_b
+        upper = float(np.mean(statistics >= observed - tolerance))
+        lower = float(np.mean(statistics <= observed + tolerance))
+        exact = True
+    else:
+        sums = _random_splits(n_a, n, resamples, np.random.default_rng(seed)) @ pooled
+        statistics = sums / n_a - (total - sums) / n_b
+        upper = (1 + int(np.sum(statistics >= observed - tolerance))) / (1 + resamples)
+        lower = (1 + int(np.sum(statistics <= observed + tolerance))) / (1 + resamples)
+        exact = False
+    p = min(1.0, 2 * min(upper, lower))
+    return PermutationResult(p, exact, n_a, n_b, observed, permutation_min_p(n_a, n_b))
+
+
+def permutation_power(
+    difference: float,
+    sd: float,
+    n_a: int,
+    n_b: int,
+    alpha: float = 0.05,
+    draws: int = 400,
+    seed: int = 0,
+    patterns: int = 2_000,
+) -> float:
+    """Simulated power of :func:`permutation_test` at level ``alpha``: the share of ``draws``
+    designs, n_a units normal(difference, sd) against n_b units normal(0, sd), whose p <= alpha.
+    Every split when there are at most EXACT_MAX_SPLITS, otherwise ``patterns`` random splits
+    shared by all draws (Phipson-Smyth form). Seeded. 0 when the design cannot reach ``alpha``."""
+    if permutation_min_p(n_a, n_b) > alpha:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    n = n_a + n_b
+    data = rng.normal(0.0, sd, size=(draws, n))
+    data[:, :n_a] += difference
+    total = data.sum(axis=1, keepdims=True)
+    observed = data[:, :n_a].mean(axis=1, keepdims=True) - data[:, n_a:].mean(axis=1, keepdims=True)
+    tolerance = 1e-9 * np.maximum(1.0, np.abs(data).max(axis=1, keepdims=True))
+    if math.comb(n, n_a) <= EXACT_MAX_SPLITS:
+        sums = data @ _splits(n_a, n).T  # [draws, splits]
+        statistics = sums / n_a - (total - sums) / n_b
+        upper = np.mean(statistics >= observed - tolerance, axis=1)
+        lower = np.mean(statistics <= observed + tolerance, axis=1)
+    else:
+        sums = data @ _random_splits(n_a, n, patterns, rng).T
+        statistics = sums / n_a - (total - sums) / n_b
+        upper = (1 + np.sum(statistics >= observed - tolerance, axis=1)) / (1 + patterns)
+        lower = (1 + np.sum(statistics <= observed + tolerance, axis=1)) / (1 + patterns)
+    p = np.minimum(1.0, 2 * np.minimum(upper, lower))
+    return float(np.mean(p <= alpha))
+
+
+def permutation_detectable_difference(
+    sd: float, n_a: int, n_b: int, alpha: float = 0.05, power: float = 0.8, draws: int = 400, seed: int = 0
+) -> float | None:
+    """The smallest true difference of means (in sd's units) that :func:`permutation_test`
+    detects at level ``alpha`` with probability ``power``, n_a units against n_b, both normal
+    with standard deviation ``sd``: bisection on :func:`permutation_power` (seeded, so monotone
+    in the difference up to its simulation error of about 0.02). None when the design cannot
+    reach ``alpha`` at all (:func:`permutation_min_p` > alpha) or sd is not positive."""
+    if not sd > 0 or permutation_min_p(n_a, n_b) > alpha:
+        return None
+    low, high = 0.0, sd
+    while permutation_power(high, sd, n_a, n_b, alpha, draws, seed) < power:
+        low, high = high, high * 2
+        if high > 1e3 * sd:
+            return None
+    for _ in range(12):
+        middle = (low + high) / 2
+        if permutation_power(middle, sd, n_a, n_b, alpha, draws, seed) >= power:
+            high = middle
+        else:
+            low = middle
+    return high
