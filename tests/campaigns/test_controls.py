@@ -17,9 +17,9 @@ import pytest
 
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.celery import app as celery_app
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import renew_control_token
-from swarm_app.runs import lifecycle
+from swarm_app.runs import controls, lifecycle
 from swarm_app.web import dashboard
 from tests.coordinator.helpers import honest_rollouts, run
 from tests.factories import tiny_campaign_config
@@ -71,8 +71,8 @@ def test_every_control_kind_is_a_node_paired_rescored_and_out_of_the_pool(contro
     coordinator's mean verified reward of the round's paired questions; nothing entered the
     pool; self-replay trains on its own window, over-generation generates beyond B."""
     rounds = 2
-    controls = ControlsConfig(isolated=True, filtered=True, self_replay=True, over_generation=True, seeds=1)
-    campaign = campaign_of(rounds, controls)
+    kinds = ControlsConfig(isolated=True, filtered=True, self_replay=True, over_generation=True, seeds=1)
+    campaign = campaign_of(rounds, kinds)
     config = campaign.settings
     lifecycle.launch(campaign)
     log = tmp_path / "controls.log"
@@ -169,9 +169,9 @@ def test_a_killed_control_node_resumes_from_its_checkpoint_on_either_worker_dete
     resumes from its checkpoint: every round stored once, and the same per-round rewards as the
     uninterrupted copy (the same seed run twice gives the same rewards)."""
     rounds = 6
-    controls = ControlsConfig(isolated=True, filtered=False, seeds=1)
-    calm = campaign_of(rounds, controls, name="uninterrupted")
-    killed = campaign_of(rounds, controls, name="killed")
+    kinds = ControlsConfig(isolated=True, filtered=False, seeds=1)
+    calm = campaign_of(rounds, kinds, name="uninterrupted")
+    killed = campaign_of(rounds, kinds, name="killed")
     for campaign in (calm, killed):
         lifecycle.launch(campaign)
     victim = ControlRun.objects.get(campaign=killed)
@@ -241,3 +241,33 @@ def test_housekeeping_runs_on_time_while_more_controls_than_slots_wait(control_e
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(runs)]
         assert runs and max(gaps, default=0) <= period + 3, (task, gaps)
     assert "Discarding revoked task" not in housekeeping.read_text()  # how Celery drops an expired one
+
+
+def test_beat_starts_again_a_running_control_whose_node_went_offline(db, monkeypatch):
+    """A controls worker that died with its node: the node's own liveness (offline) re-queues
+    the control, once; a control whose node is alive, or whose campaign ended, is left alone."""
+    config = tiny_campaign_config(4, max_new_tokens=8, controls=ControlsConfig(isolated=True, seeds=3))
+    campaign = Campaign.objects.create(name="liveness", state=Campaign.State.RUNNING, config=config.to_json())
+    runs = [
+        ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=s, state="running")
+        for s in range(3)
+    ]
+    token = WorkerToken.objects.create(campaign=campaign, token_hash="x" * 64, prefix="x")
+    for run_, state in zip(runs, ["offline", "healthy", "stale"], strict=True):
+        WorkerNode.objects.create(
+            campaign=campaign,
+            node_id=f"control-{run_.pk}",
+            token=token,
+            tier="tiny-1m",
+            arm="isolated",
+            control_run=run_,
+            state=state,
+        )
+    enqueued = []
+    monkeypatch.setattr(lifecycle, "enqueue_control", lambda run_: enqueued.append(run_.pk))
+    assert controls.requeue_offline() == [runs[0].pk] and enqueued == [runs[0].pk]
+    assert ControlRun.objects.get(pk=runs[0].pk).state == "queued"
+    assert controls.requeue_offline() == []  # queued once, not at every beat
+    Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.STOPPED)
+    WorkerNode.objects.filter(control_run=runs[1]).update(state="offline")
+    assert controls.requeue_offline() == [] and ControlRun.objects.get(pk=runs[1].pk).state == "stopped"
