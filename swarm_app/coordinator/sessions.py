@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Arm, Campaign
 from swarm_app.coordinator.assignment import assign_replicate, assign_tier
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import authenticate
@@ -49,7 +49,7 @@ def new_node_replicate(campaign: Campaign, tier: str, replicates: int) -> int:
     if replicates <= 1:
         return 0
     Campaign.objects.select_for_update().filter(pk=campaign.pk).values_list("pk").first()
-    nodes = WorkerNode.objects.filter(campaign=campaign, tier=tier)
+    nodes = WorkerNode.objects.filter(campaign=campaign, tier=tier, arm=Arm.SWARM)
     connected = dict(
         nodes.filter(connected=True).values("replicate").annotate(n=Count("id")).values_list("replicate", "n")
     )

@@ -162,9 +162,9 @@ def live_agents(campaign: Campaign) -> dict[str, tuple[str, str]]:
 
     agents = {
         f"node:{node_id}": (tier, Arm.SWARM.value)
-        for node_id, tier in WorkerNode.objects.filter(campaign=campaign, connected=True).values_list(
-            "node_id", "tier"
-        )
+        for node_id, tier in WorkerNode.objects.filter(
+            campaign=campaign, arm=Arm.SWARM, connected=True
+        ).values_list("node_id", "tier")
     }
     running = ControlRun.objects.filter(campaign=campaign, state=ControlRun.State.RUNNING)
     for pk, tier, arm in running.values_list("pk", "tier", "arm"):

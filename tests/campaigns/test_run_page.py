@@ -377,6 +377,11 @@ def seed(
         for arm, agent, reward in agents
         for number in range(reported[arm])
     )
+    if campaign.started_at is not None:  # each arm's rounds reported at an even pace since the start
+        for arm, done in reported.items():
+            for number in range(done):
+                at = campaign.started_at + (now - campaign.started_at) * (number + 1) / done
+                RoundMetrics.objects.filter(campaign=campaign, arm=arm, round=number).update(created_at=at)
     refresh_rollups()
     return campaign
 

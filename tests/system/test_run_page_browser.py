@@ -20,6 +20,7 @@ import time
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
@@ -171,6 +172,12 @@ def test_running_campaign_shows_elapsed_and_time_left_live(transactional_db, pag
             for row in nodes
             for r in range(5, 10)
         )
+        # reported at a steady pace since the start: the current rate is the average
+        started, now = Campaign.objects.get(pk=campaign.pk).started_at, timezone.now()
+        for r in range(10):
+            RoundMetrics.objects.filter(campaign=campaign, arm="swarm", round=r).update(
+                created_at=started + (now - started) * (r + 1) / 10
+            )
         refresh_rollups()
         started = time.monotonic()
         page.wait_for_function(

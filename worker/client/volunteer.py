@@ -13,16 +13,13 @@ after each round the speed actually observed.
 Checkpoints go to ``<data_dir>/checkpoints/campaign-<id>/<node_id>.pt`` (atomic writes): every
 round for models up to 100M parameters (the tiny tiers: milliseconds), else every
 :func:`checkpoint_interval` rounds, and always on a clean exit when the weights are consistent
-(never halfway through a training step). A round that is checkpointed is checkpointed before its
-metrics are reported, with the report beside it (``<checkpoint>.report.json``): the coordinator
-never moves past a round that the checkpoint lacks, and a node killed between the two sends
-the report when it resumes. A node restarted from a checkpoint therefore repeats at most the
-round it was killed in.
+(never halfway through a training step). A checkpointed round is saved before its report is
+sent, the report beside it (``<checkpoint>.report.json``, sent on resume if it was not): a node
+restarted from its checkpoint repeats at most the round it was killed in.
 
-A campaign's control node (the welcome's ``control``: swarm_app/runs/controls.py starts them)
-trains its arm's settings (``CampaignConfig.control_agent_config``) with its seed's generation
-seeds (worker/shared/paired.py), and must resume from its checkpoint: one that is missing or
-behind the coordinator's record is an error, never a silent start from other weights.
+A campaign's control node (the welcome's ``control``) trains its arm (``control_agent_config``)
+with its seed's generation seeds (worker/shared/paired.py), and resumes from its checkpoint
+only: one missing or behind the coordinator's record is an error.
 """
 
 from __future__ import annotations
@@ -152,8 +149,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def held_report_path(checkpoint: Path) -> Path:
-    """Where a checkpoint's last round's report is kept (:meth:`_NodeRun._save`)."""
-    return checkpoint.with_name(checkpoint.name + ".report.json")
+    return checkpoint.with_name(checkpoint.name + ".report.json")  # its last round's report
 
 
 def hello_message(
@@ -527,11 +523,9 @@ class _NodeRun:
         agent.round = max(checkpoint_round, resume_round)
 
     def _send_held_report(self, path: Path, checkpoint_round: int, resume_round: int) -> None:
-        """The report saved with the checkpoint (:meth:`_save`), sent if the coordinator did not
-        get it (the node was stopped between the two)."""
-        report_path = held_report_path(path)
+        """The report saved with the checkpoint (:meth:`_save`), sent if the coordinator lacks it."""
         try:
-            held = json.loads(report_path.read_text(encoding="utf-8"))
+            held = json.loads(held_report_path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return
         assert self.transport is not None
