@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from swarm_app.campaigns.models import Campaign
+from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import PoolRollout, WorkerNode
-from swarm_app.coordinator.tokens import create_token
+from swarm_app.coordinator.tokens import create_token, renew_control_token
 from tests.coordinator.helpers import G, run, submit_round
 from tests.wsclient import RawSession
 from worker.shared.campaign import CampaignConfig
@@ -89,3 +89,26 @@ def test_a_lone_node_is_joined_before_an_empty_swarm_is_started():
     assert assign_replicate(3, {0: 3, 1: 2, 2: 2}, {0: 3, 1: 2, 2: 2}) == 1
     assert assign_replicate(3, {0: 2, 1: 1, 2: 2}, {0: 2, 1: 2, 2: 2}) == 1  # one left swarm 1
     assert assign_replicate(1, {0: 5}, {0: 9}) == 0
+
+
+def test_connected_control_nodes_do_not_count_in_a_swarm(coordinator, swarms):
+    """A campaign's control nodes are connected nodes of the tier too, but of no swarm: the first
+    two volunteers still make one swarm of two (a control counted in swarm 0 split them)."""
+    swarms.config["tiers"] = ["tiny-1m"]
+    swarms.config["controls"] = {**swarms.config.get("controls", {}), "isolated": True, "seeds": 1}
+    swarms.save(update_fields=["config"])
+    control = ControlRun.objects.create(campaign=swarms, tier="tiny-1m", arm="isolated", seed=0)
+    secret = renew_control_token(control)
+    token = create_token(swarms, "volunteers")[1]
+
+    async def join() -> None:
+        sessions = [await RawSession.open(coordinator) for _ in range(3)]
+        assert (await sessions[0].hello(secret, "control-1"))["control"]["arm"] == "isolated"
+        for s, name in zip(sessions[1:], ("a", "b"), strict=True):
+            assert (await s.hello(token, name))["type"] == "welcome"
+        for s in sessions:
+            await s.close()
+
+    run(join())
+    replicates = dict(WorkerNode.objects.filter(arm="swarm").values_list("node_id", "replicate"))
+    assert replicates["a"] == replicates["b"], replicates
