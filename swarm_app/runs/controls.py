@@ -191,9 +191,10 @@ def _ended(run: ControlRun, task_id: str, code: int) -> str:
         ControlRun.objects.filter(pk=run.pk).update(state=RunState.QUEUED, error=tail)
         lifecycle.enqueue_control(run)
         return "restarted"
+    last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
     reason = (
         f"control {run.arm}/{run.tier}/seed {run.seed} failed: its node exited with status {code} "
-        f"{run.attempts} times, last at round {run.round}"
+        f"{run.attempts} times, last at round {run.round}: {last}"
     )
     log.error("%s\n%s", reason, tail)
     ControlRun.objects.filter(pk=run.pk).update(state=RunState.FAILED, error=tail)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 import signal
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -271,3 +272,33 @@ def test_beat_starts_again_a_running_control_whose_node_went_offline(db, monkeyp
     Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.STOPPED)
     WorkerNode.objects.filter(control_run=runs[1]).update(state="offline")
     assert controls.requeue_offline() == [] and ControlRun.objects.get(pk=runs[1].pk).state == "stopped"
+
+
+def test_a_control_whose_python_lacks_torch_fails_the_campaign_saying_what_to_install(
+    transactional_db, settings, tmp_path
+):
+    """The controls' Python without the worker extra (a Python whose torch import fails stands in
+    for it): the node exits at once, and after CONTROL_MAX_STARTS the campaign fails with the
+    node's own last line, which names the worker extra."""
+    shadow = tmp_path / "no-torch"
+    shadow.mkdir()
+    (shadow / "torch.py").write_text("raise ImportError('torch is not installed here')\n")
+    python = tmp_path / "python-without-torch"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={shadow} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    settings.CONTROL_PYTHON, settings.CONTROL_MAX_STARTS = str(python), 1
+    settings.CONTROL_DATA_DIR = tmp_path / "controls"
+    config = tiny_campaign_config(3, max_new_tokens=8, controls=ControlsConfig(isolated=True, filtered=False))
+    campaign = Campaign.objects.create(name="no torch", state=Campaign.State.RUNNING, config=config.to_json())
+    control = ControlRun.objects.create(
+        campaign=campaign, tier="tiny-1m", arm="isolated", seed=0, task_id="t1"
+    )
+    assert controls.run_control(control.pk, "t1") == "failed"
+    campaign.refresh_from_db()
+    assert campaign.state == Campaign.State.FAILED
+    assert campaign.failure_reason.startswith(
+        "control isolated/tiny-1m/seed 0 failed: its node exited with status 2 1 times, last at round 0: "
+        "swarm-worker: error: torch is not installed here: "
+    ), campaign.failure_reason
+    assert "worker extra" in campaign.failure_reason
+    assert controls.run_control(control.pk, "t1") == "done"  # a failed control is not started again

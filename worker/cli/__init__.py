@@ -204,6 +204,16 @@ def cmd_join(args: argparse.Namespace) -> int:
     if args.nice:
         os.nice(args.nice)
     try:
+        import torch  # noqa: F401  (checked here, so that a missing install says what to do)
+        import transformers  # noqa: F401
+    except ImportError as error:
+        print(
+            f"swarm-worker: error: {error}: the worker trains a model and needs the project's "
+            "worker extra (torch, transformers) in this Python (docs/volunteers.md)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
         results = run_nodes(
             url,
             token,
