@@ -11,6 +11,10 @@ source "$(dirname "$0")/bootstrap.sh"
 export SWARM_DATA_DIR="${SWARM_DATA_DIR:-$ROOT/data/test}"
 export SECRET_KEY="${SECRET_KEY:-insecure-key-for-tests-only-never-use-it-in-production}"
 export SECURE_COOKIES="${SECURE_COOKIES:-0}"
+# Training processes the tests start (local workers, control nodes) run at the suite's own
+# priority: at the shipped niceness (10) the suite's CPU-bound tests, and in CI the other mode's
+# suite beside it, would leave them a tenth of a core and turn every live wait into a timeout.
+export SWARM_TRAINING_NICE="${SWARM_TRAINING_NICE:-0}"
 # Built tiny models are shared by every run (and with the demo): built once per machine.
 export SWARM_MODEL_CACHE="${SWARM_MODEL_CACHE:-$ROOT/data/models}"
 # The browser test drives Debian's chromium through Playwright (the `dev` extra); Playwright's own

@@ -80,3 +80,16 @@ def _long_modules() -> list[str]:
 def test_modules_are_short_or_say_why():
     """A module over 600 lines must say in its docstring why it is "long because" of what."""
     assert _long_modules() == []
+
+
+def test_no_process_is_started_in_a_session_of_its_own():
+    """Linux's autogroup scheduler shares the CPU between sessions first: a training process in a
+    session of its own takes a whole session's share (docs/deploy.md, "Fair compute on one
+    machine"). The coordinator and the worker start every child in the starter's session."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted([*(ROOT / "worker").rglob("*.py"), *(ROOT / "swarm_app").rglob("*.py")])
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "start_new_session" in line
+    ]
+    assert found == []

@@ -21,6 +21,7 @@ from swarm_app.celery import app as celery_app
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import renew_control_token
 from swarm_app.runs import controls, lifecycle
+from swarm_app.runs.local_workers import training_command
 from swarm_app.web import dashboard
 from tests.coordinator.helpers import honest_rollouts, run
 from tests.factories import tiny_campaign_config
@@ -302,3 +303,14 @@ def test_a_control_whose_python_lacks_torch_fails_the_campaign_saying_what_to_in
     ), campaign.failure_reason
     assert "worker extra" in campaign.failure_reason
     assert controls.run_control(control.pk, "t1") == "done"  # a failed control is not started again
+
+
+def test_every_training_process_runs_one_node_one_thread_at_the_training_niceness(settings, tmp_path):
+    """The one command line of the demo's workers, the form's local workers and every control
+    node: the same share per agent, below the coordinator's own processes."""
+    settings.TRAINING_NICE = 10
+    command = training_command("python", "http://127.0.0.1:8000/", tmp_path)
+    options = {flag: command[command.index(flag) + 1] for flag in ("--nodes", "--threads", "--nice")}
+    assert command[:5] == ["python", "-m", "worker.cli", "join", "http://127.0.0.1:8000/"]
+    assert (options["--nodes"], options["--threads"], options["--nice"]) == ("1", "1", "10")
+    assert "--no-status" in command
