@@ -5,12 +5,18 @@ documented error and stores nothing."""
 
 from __future__ import annotations
 
+import csv
+import io
+import urllib.request
+
 import pytest
 import reasoning_gym
 
 from swarm_app.campaigns.models import Campaign, ControlRun
 from swarm_app.coordinator.models import Evaluation, Lease
 from swarm_app.coordinator.tokens import create_token, renew_control_token
+from swarm_app.web import dashboard
+from swarm_app.web.api import EVAL_COLUMNS
 from tests.coordinator.helpers import honest_rollouts, run, submit_round
 from tests.wsclient import RawSession, frame
 from worker.shared.campaign import CampaignConfig, ControlsConfig
@@ -158,6 +164,29 @@ def test_every_node_and_control_gets_the_same_fresh_set_and_is_stored_at_the_ver
         assert (ack["n"], ack["accuracy"], ack["round"]) == (6, pytest.approx(accuracy), 1)
     arms = {row.node.arm for row in rows}
     assert arms == {"swarm", "isolated"}
+    # the dashboard: one swarm counts once (no interval from one unit), the control's seed too
+    payload = dashboard.dashboard_payload(campaign)
+    held = payload["summary"]["tiny-1m"]["held_out"]
+    swarm = [row.accuracy for row in rows if row.round == 1 and row.node.arm == "swarm"]
+    assert held["swarm"]["accuracy"] == pytest.approx(sum(swarm) / 2)
+    assert (held["swarm"]["n"], held["swarm"]["nodes"], held["swarm"]["low"], held["swarm"]["round"]) == (
+        1,
+        2,
+        None,
+        1,
+    )
+    control = Evaluation.objects.get(round=1, node__arm="isolated")
+    assert (held["isolated"]["accuracy"], held["isolated"]["n"]) == (pytest.approx(control.accuracy), 1)
+    assert payload["held_out"]["tiny-1m"]["swarm"]["round"] == [1]  # round 3: nobody answered
+    # the metrics export: the evaluation after each agent's round, empty elsewhere
+    with urllib.request.urlopen(f"{coordinator}/api/campaigns/{campaign.pk}/metrics?format=csv") as response:
+        table = list(csv.DictReader(io.StringIO(response.read().decode())))
+    assert table and all(set(EVAL_COLUMNS) <= set(row) for row in table)
+    scored = {(row["agent"], row["round"]): row["eval/accuracy"] for row in table if row["eval/accuracy"]}
+    assert len(scored) == 3 and all(number == "1" for _, number in scored)
+    assert sorted(float(v) for v in scored.values()) == sorted(
+        row.accuracy for row in rows if row.accuracy is not None
+    )
 
 
 def test_bad_evaluation_submissions_get_their_error_and_store_nothing(coordinator, campaign):
