@@ -595,6 +595,10 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
         # Per model size: swarm vs isolated compares like with like, and a tier's swarm trains
         # on its own tier's rollouts (tiny-1m's would dominate tiny-5m's pool: it runs faster).
         pool_within_tier=True,
+        # Held-out accuracy every 10 rounds on 32 questions per task: 64 of each (the default)
+        # cost a node 8.7 % (tiny-1m) and 10.4 % (tiny-5m) of its time, 32 cost 3.4 % and 3.7 %
+        # (bench/eval_cost.py, one thread, 2-core machine, 2026-12-07).
+        eval_questions=32,
     )
     return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
 
