@@ -212,19 +212,25 @@ class WebsocketTransport(Connection):
         self, eval_set: protocol.EvalSet, completions: list[str], claimed_accuracy: float
     ) -> protocol.EvalAck | None:
         """Answer ``eval_set`` (one completion per question, in order; each cut to its last
-        MAX_EVAL_ANSWER_CHARS characters, where the answer is); returns the coordinator's score,
+        MAX_EVAL_ANSWER_CHARS characters, where the answer is, and shorter where the frame
+        would pass the message limit); returns the coordinator's score,
         or None (logged) when it refuses. A retried submission's ``duplicate_submission`` carries
         the stored score, which counts as success."""
-        answers = [
-            protocol.EvalAnswer(ref=item.ref, completion=text[-MAX_EVAL_ANSWER_CHARS:])
-            for item, text in zip(eval_set.questions, completions, strict=True)
-        ]
-        submit = protocol.EvalSubmit(
-            submission_id=uuid.uuid4().hex,
-            eval_id=eval_set.eval_id,
-            answers=answers,
-            claimed_accuracy=min(1.0, max(0.0, claimed_accuracy)),
-        )
+        submission_id, keep = uuid.uuid4().hex, MAX_EVAL_ANSWER_CHARS
+        while True:  # long multi-byte answers: shorter tails until the frame fits the limit
+            answers = [
+                protocol.EvalAnswer(ref=item.ref, completion=text[-keep:] if keep else "")
+                for item, text in zip(eval_set.questions, completions, strict=True)
+            ]
+            submit = protocol.EvalSubmit(
+                submission_id=submission_id,
+                eval_id=eval_set.eval_id,
+                answers=answers,
+                claimed_accuracy=min(1.0, max(0.0, claimed_accuracy)),
+            )
+            if keep == 0 or len(protocol.encode(submit).encode()) < protocol.MAX_MESSAGE_BYTES - 1024:
+                break
+            keep //= 2
         try:
             return self._call(self._request(submit))
         except RequestError as error:

@@ -40,8 +40,8 @@ from worker.shared.questions import QuestionRef, TaskMix, answer_scorer
 from worker.shared.rewards import extract_answer
 
 EVAL_SEED_BASE = 2**32  # above every training question's seed + index (module docstring)
-MAX_EVAL_QUESTIONS = 512  # questions of one evaluation, over every task (a message holds them)
-MAX_EVAL_ANSWER_CHARS = 4000  # the tail of a completion a node submits (the answer is at its end)
+MAX_EVAL_QUESTIONS = 1024  # questions of one evaluation, over every task (sapo-table's 9 x 64 = 576)
+MAX_EVAL_ANSWER_CHARS = 2000  # the tail of a completion a node submits (the answer is at its end)
 
 
 def eval_seed(campaign_seed: int, task: str) -> int:

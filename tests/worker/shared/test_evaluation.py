@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from worker.shared.campaign import CampaignConfig, cpu_demo_config
+from worker.shared.campaign import CampaignConfig, cpu_demo_config, sapo_table_config
 from worker.shared.config import stable_seed
 from worker.shared.evaluation import (
     EVAL_SEED_BASE,
+    MAX_EVAL_QUESTIONS,
     eval_index,
     eval_refs,
     eval_rounds,
@@ -80,6 +81,7 @@ def test_the_score_is_the_verifiers_exact_rate_and_mean_reward():
 
 def test_settings_bound_an_evaluation_to_what_one_message_holds():
     assert cpu_demo_config().eval_every >= 1
-    problems = CampaignConfig(eval_questions=300).problems()
+    problems = CampaignConfig(eval_questions=600).problems()
     assert [p.path for p in problems] == ["eval_questions"]
-    assert CampaignConfig(eval_questions=300, eval_every=0).problems() == []
+    assert CampaignConfig(eval_questions=600, eval_every=0).problems() == []
+    assert sapo_table_config().eval_questions * 9 <= MAX_EVAL_QUESTIONS  # the presets are valid
