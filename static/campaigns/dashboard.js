@@ -173,6 +173,10 @@
         "Swarm minus each control, per round (band: the server's 95% Welch t interval of the difference over swarms and seeds; none with one swarm or one seed)");
       difference.classList.add("wide");
       row.appendChild(difference);
+      const heldOut = chartBox("heldout-" + slug(tier),
+        "Held-out accuracy: fresh questions none trained on, answered greedily, scored by the coordinator (band: 95% t interval over swarms and seeds; none from one)");
+      heldOut.classList.add("wide");
+      row.appendChild(heldOut);
       panel.appendChild(row);
       container.appendChild(panel);
     }
@@ -322,6 +326,44 @@
       hasData ? "The swarm and a control need a settled round in common." : message,
       () => Plotly.react("difference-" + slug(tier), differenceTraces,
         { ...layout("swarm − control (reward)"), xaxis: { title: { text: "round" } } }, PLOT_CONFIG));
+    const heldOut = heldOutTraces(tier);
+    showChart("heldout-" + slug(tier), heldOut.length > 0,
+      "No held-out evaluation yet: nodes and controls are evaluated every few rounds (the campaign's eval_every).",
+      () => Plotly.react("heldout-" + slug(tier), heldOut,
+        { ...layout("held-out accuracy"), xaxis: { title: { text: "after round" } }, yaxis: { title: { text: "held-out accuracy" }, range: [0, 1] } },
+        PLOT_CONFIG));
+  }
+
+  // Held-out accuracy per evaluation (the server's held_out: one unit per swarm or seed, its t
+  // interval, the nodes evaluated and those missing, which are never counted as zero).
+  function heldOutTraces(tier) {
+    const byArm = (state.tables && state.tables.held_out && state.tables.held_out[tier]) || {};
+    const traces = [];
+    for (const arm of ARMS) {
+      const s = byArm[arm];
+      if (!s || !s.round.length) continue;
+      const banded = s.round.map((_, i) => s.low[i] !== null);
+      if (banded.some((b) => b)) {
+        traces.push({
+          x: s.round, y: s.low, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
+          showlegend: false, legendgroup: arm, name: arm + " interval",
+        });
+        traces.push({
+          x: s.round, y: s.high, mode: "lines", line: { width: 0 }, fill: "tonexty",
+          fillcolor: BANDS[arm], hoverinfo: "skip", showlegend: false, legendgroup: arm, name: arm + " interval",
+        });
+      }
+      const n = Math.max(...s.n);
+      traces.push({
+        x: s.round, y: s.accuracy, mode: "lines+markers", legendgroup: arm,
+        name: LABELS[arm] + " (n=" + n + (n >= 2 ? ", 95% t interval)" : ", no interval)"),
+        line: { color: COLORS[arm], width: 2 },
+        customdata: s.round.map((_, i) => [s.n[i], s.nodes[i], s.missing[i]]),
+        hovertemplate: "after round %{x}<br>accuracy %{y:.3f}<br>n %{customdata[0]} units, " +
+          "%{customdata[1]} nodes, %{customdata[2]} missing<extra>" + LABELS[arm] + "</extra>",
+      });
+    }
+    return traces;
   }
 
   // The time course of the gain (issue #26): per settled round both arms have, the swarm's mean

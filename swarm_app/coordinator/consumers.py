@@ -20,7 +20,16 @@ from msgspec import UNSET, UnsetType
 
 from swarm_app.campaigns.broadcast import POINTS, worker_group
 from swarm_app.campaigns.metrics import point
-from swarm_app.coordinator import control_nodes, groups, leases, pool, sessions, submissions, telemetry
+from swarm_app.coordinator import (
+    control_nodes,
+    evaluations,
+    groups,
+    leases,
+    pool,
+    sessions,
+    submissions,
+    telemetry,
+)
 from swarm_app.coordinator.database import database_threads, db, in_flight, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
@@ -45,6 +54,8 @@ DATABASE_WORK = frozenset(
         protocol.Submit,
         protocol.SampleRequest,
         protocol.MetricsReport,
+        protocol.EvalRequest,
+        protocol.EvalSubmit,
     }
 )
 
@@ -253,6 +264,15 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
                 raise ProtocolError(
                     ErrorCode.INVALID_MESSAGE, "hello was already accepted on this connection"
                 )
+            # Held-out evaluation is the same for a control node as for a volunteer's
+            # (evaluations.py): the same questions, scored by the same verifiers.
+            case protocol.EvalRequest(round=round):
+                return await db(evaluations.issue)(node, round)
+            case protocol.EvalSubmit(
+                submission_id=submission_id, eval_id=eval_id, answers=answers, claimed_accuracy=claimed
+            ):
+                claimed_accuracy = None if claimed is UNSET else claimed
+                return await db(evaluations.submit)(node, submission_id, eval_id, answers, claimed_accuracy)
         if node.is_control:
             return await self.answer_control(node, message)
         match message:

@@ -287,3 +287,46 @@ class PoolArchive(models.Model):
         return (
             f"archive of rollouts {self.first_sequence}..{self.last_sequence} of campaign {self.campaign_id}"
         )
+
+
+class Evaluation(models.Model):
+    """One held-out evaluation of one node (a volunteer's or a control's) after one round
+    (worker/shared/evaluation.py): issued when the node asks for the set, scored when it answers.
+    An issued row that is never answered is a missing evaluation, never a zero. Written by the
+    ORM (evaluations.py): a node evaluates every ``eval_every`` rounds, off the hot path."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="evaluations")
+    node = models.ForeignKey(WorkerNode, on_delete=models.CASCADE, related_name="evaluations")
+    round = models.IntegerField(help_text="the training round after which the node was evaluated")
+    eval_id = models.CharField(max_length=32, unique=True)
+    questions = models.JSONField(help_text="[QuestionRef] as issued")
+    issued_at = models.DateTimeField(auto_now_add=True)
+    submission_id = models.CharField(max_length=64, blank=True, default="")
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    answers = models.JSONField(null=True, blank=True, help_text="the completions as submitted, in order")
+    n = models.IntegerField(default=0, help_text="questions scored")
+    correct = models.IntegerField(null=True, blank=True, help_text="answers the verifier gave full marks")
+    accuracy = models.FloatField(null=True, blank=True)
+    reward = models.FloatField(null=True, blank=True, help_text="mean reward, the campaign's")
+    claimed_accuracy = models.FloatField(null=True, blank=True, help_text="the node's own score, never used")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "round"], name="one_evaluation_per_node_round")
+        ]
+        indexes = [models.Index(fields=["campaign", "round"], name="evaluation_by_round")]
+
+    def __str__(self) -> str:
+        state = f"accuracy {self.accuracy:.3f}" if self.accuracy is not None else "not answered"
+        return f"evaluation of node {self.node_id} after round {self.round} ({state})"
+
+    @property
+    def ack(self) -> dict:
+        """The eval_ack's fields (replayed to a duplicate)."""
+        return {
+            "eval_id": self.eval_id,
+            "round": self.round,
+            "n": self.n,
+            "accuracy": self.accuracy,
+            "reward": self.reward,
+        }

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
+from swarm_app.coordinator.models import Evaluation
 from swarm_app.core.names import control_label, node_label
 from swarm_app.web import dashboard, run_info, status_tables
 from swarm_app.web.views import get_visible, visible_campaigns
@@ -28,6 +29,9 @@ PAGE = 2000
 # seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls);
 # name: the agent's one name (core.names), as the pages and the dashboard's picker give it
 FIXED = ["campaign", "arm", "tier", "agent", "round", "reward", "created_at", "seed", "swarm", "name"]
+# The held-out evaluation scored after the agent's round (coordinator/evaluations.py), empty
+# where none was: after the metrics' columns in the CSV, so that no older column moves.
+EVAL_COLUMNS = ["eval/accuracy", "eval/reward"]
 # The rollups' columns: metric_means (one CSV column per mechanism key) and then the arm's
 # independent units, added after every older column so that none moves.
 UNIT_FIELDS = ["units", "unit_mean", "unit_std"]
@@ -127,7 +131,7 @@ def _agent_fetch(campaign: Campaign, filters: dict[str, Any]) -> Callable[[int],
     rows = RoundMetrics.objects.filter(campaign=campaign, **filters)
 
     def fetch(after: int) -> list[tuple]:
-        return list(
+        page = list(
             rows.filter(pk__gt=after)
             .order_by("pk")
             .values_list(
@@ -144,8 +148,16 @@ def _agent_fetch(campaign: Campaign, filters: dict[str, Any]) -> Callable[[int],
                 "node__node_id",
                 # the display name of the node's volunteer (swarm_app/volunteers/), by relation
                 "node__token__owner__volunteer__display_name",
+                "node_id",
             )[:PAGE]
         )
+        if not page:
+            return page
+        scored = Evaluation.objects.filter(
+            node_id__in={row[-1] for row in page}, round__in={row[4] for row in page}, accuracy__isnull=False
+        ).values_list("node_id", "round", "accuracy", "reward")
+        evaluations = {(node, number): (accuracy, reward) for node, number, accuracy, reward in scored}
+        return [(*row[:-1], evaluations.get((row[-1], row[4]), (None, None))) for row in page]
 
     return fetch
 
@@ -157,15 +169,18 @@ async def _agent_csv(campaign: Campaign, fetch, keys: list[str]) -> AsyncIterato
     # Every cell passes spreadsheet_row: metric names and values come from workers (names are
     # restricted at the protocol since issue #27, but older rows may hold any), agents from
     # node ids, tiers and arms from the campaign's config.
-    writer.writerow(spreadsheet_row(FIXED + [f"metrics/{key}" if key in FIXED else key for key in keys]))
+    named = FIXED + EVAL_COLUMNS
+    header = FIXED + [f"metrics/{key}" if key in named else key for key in keys] + EVAL_COLUMNS
+    writer.writerow(spreadsheet_row(header))
     async for page in _pages(fetch):
-        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner, scored in page:
             writer.writerow(
                 spreadsheet_row(
                     [campaign.pk, arm, tier, agent, number, reward, created.isoformat()]
                     + ["" if seed is None else seed, "" if swarm is None else swarm]
                     + [agent_name(arm, tier, seed, node, owner)]
                     + [metrics.get(key, "") for key in keys]
+                    + ["" if value is None else value for value in scored]
                 )
             )
         yield buffer.getvalue()
@@ -179,7 +194,7 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
     first = True
     async for page in _pages(fetch):
         parts = []
-        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner in page:
+        for _pk, arm, tier, agent, number, reward, created, seed, swarm, metrics, node, owner, scored in page:
             row = {
                 "arm": arm,
                 "tier": tier,
@@ -191,6 +206,7 @@ async def _agent_json(campaign: Campaign, fetch) -> AsyncIterator[str]:
                 "swarm": swarm,
                 "name": agent_name(arm, tier, seed, node, owner),
                 "metrics": metrics,
+                **dict(zip(EVAL_COLUMNS, scored, strict=True)),
             }
             parts.append(("" if first else ",") + json.dumps(row))
             first = False

@@ -28,6 +28,10 @@ selects. Definitions (also in docs/web.md and on the page):
   round of rollups.MECHANISM_KEYS (questions generated, informative groups trained on, J
   from other agents, age of the J side, share of clipped steps), with the same t interval over
   units and n: over-generation's generation cost sits beside its reward.
+* **held-out accuracy** (``held_out``, and ``summary[tier]["held_out"][arm]``): per tier, arm
+  and evaluation, the share of fresh held-out questions the coordinator scored right, over the
+  same units with the same t interval; nodes without a scored evaluation are counted as missing
+  (held_out.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from swarm_app.web.estimates import (
     reference_control,
     summary,
 )
+from swarm_app.web.held_out import held_out, held_out_summary
 from swarm_app.web.series import (
     BAND,
     GENERATED_COMPLETIONS,
@@ -84,6 +89,10 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
     settled = settled_rounds(campaign, grouped)
     complete = settled_only(grouped, settled)
     means = agent_means(campaign, horizons(complete)[1])
+    evaluations = held_out(campaign)
+    result = summary(campaign, complete, means)
+    for tier, row in result.items():
+        row["held_out"] = held_out_summary(evaluations, tier)
     return {
         "campaign": campaign_info(campaign),
         "arms": arms_shown(campaign, grouped),
@@ -91,7 +100,8 @@ def tables(campaign: Campaign, grouped: dict | None = None, step: int | None = N
         "settled": by_tier(settled),
         "pace": by_tier(pace(campaign, settled)),
         "mechanism_keys": [{"key": key, "label": MECHANISM_LABELS[key]} for key in MECHANISM_KEYS],
-        "summary": summary(campaign, complete, means),
+        "summary": result,
+        "held_out": evaluations,
         "mechanism": mechanism(campaign, complete, means.metrics),
         "pool": pool_stats(campaign, complete, step),
         "workers": worker_rows(campaign),

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import Evaluation, Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.presence import FLUSH_SECONDS
 from swarm_app.coordinator.tokens import create_token
 from tests.factories import tiny_campaign_config
 from tests.servers import asgi_server, free_port, stop, worker_process
+from worker.shared.evaluation import score_answers
 from worker.shared.questions import QuestionRef
 from worker.shared.rewards import rewards
 
@@ -74,7 +75,14 @@ def test_three_workers_share_and_train(tiny_1m_dir, transactional_db, tmp_path):
 
     # Protocol 2: after each node's first lease, leases came with the metrics' answers and the
     # draws with the submits' answers (the server's own count of what it answered).
-    assert asked == {"lease_request": 3, "submit": 15, "metrics": 15}, asked
+    # and each node's held-out evaluation after its last round (issue #48): one set, one answer
+    assert asked == {
+        "lease_request": 3,
+        "submit": 15,
+        "metrics": 15,
+        "eval_request": 3,
+        "eval_submit": 3,
+    }, asked
     nodes = list(WorkerNode.objects.filter(campaign=campaign))
     assert len(nodes) == 3
     assert all(n.round == 5 for n in nodes), [(n.node_id, n.round) for n in nodes]
@@ -92,6 +100,16 @@ def test_three_workers_share_and_train(tiny_1m_dir, transactional_db, tmp_path):
         n for n in nodes if any(r.metrics["batch/external_used"] > 0 for r in rows if r.node_id == n.pk)
     ]
     assert len(sharing) >= 2, [(n.node_id, n.round) for n in nodes]
+    # Held-out: every node evaluated after round 4 on the same questions, stored at the score
+    # the verifier gives the stored answers.
+    evaluations = list(Evaluation.objects.filter(campaign=campaign))
+    assert sorted(e.node_id for e in evaluations) == sorted(n.pk for n in nodes)
+    config = campaign.settings
+    for evaluation in evaluations:
+        refs = [QuestionRef.from_json(ref) for ref in evaluation.questions]
+        assert evaluation.round == 4 and evaluation.questions == evaluations[0].questions
+        score = score_answers(config.mix, refs, evaluation.answers, config.format_weight)
+        assert (evaluation.n, evaluation.accuracy) == (len(refs), score.accuracy)
 
 
 def test_worker_killed_mid_lease_loses_and_doubles_nothing(tiny_1m_dir, transactional_db, tmp_path):

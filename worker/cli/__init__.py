@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from worker import __version__
@@ -416,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def hub_telemetry_off(environ: MutableMapping[str, str]) -> None:
+    """Hugging Face's usage telemetry stays off unless the volunteer opts in by setting
+    HF_HUB_DISABLE_TELEMETRY=0 (docs/volunteers.md, "What the worker sends"); set before
+    huggingface_hub is imported, which reads it once."""
+    environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
+    hub_telemetry_off(os.environ)
     args = build_parser().parse_args(argv)
     return args.func(args)

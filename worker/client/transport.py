@@ -17,6 +17,11 @@ metrics' answer the next round's lease, kept for :meth:`lease` (and given back b
 :meth:`release_active` like any held lease). Either one missing (a replayed submission, a
 paused campaign) means the request is sent as in protocol 1.
 
+Held-out evaluation (worker/shared/evaluation.py) is two more requests at the campaign's cadence:
+:meth:`WebsocketTransport.eval_set` and :meth:`WebsocketTransport.submit_eval`; an evaluation
+the coordinator refuses is logged and skipped (the coordinator shows it as missing), never
+retried with other answers.
+
 A lease request waits while the campaign is paused or pending, and ends the run
 (:class:`~worker.client.errors.CampaignFinished`) once the campaign is over or the round is past
 its rounds. External samples and metrics are optional for a round: an error is logged and the
@@ -25,6 +30,7 @@ round goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -44,6 +50,7 @@ from worker.client.errors import (
 )
 from worker.engine.transport import Lease
 from worker.shared import protocol
+from worker.shared.evaluation import MAX_EVAL_ANSWER_CHARS
 from worker.shared.protocol import ErrorCode
 from worker.shared.questions import Question
 from worker.shared.rollout import Rollout
@@ -191,6 +198,49 @@ class WebsocketTransport(Connection):
             return False
         self._forget(lease)
         return True
+
+    def eval_set(self, round: int) -> protocol.EvalSet | None:
+        """The held-out questions of the evaluation after ``round``; None (logged) when the
+        coordinator refuses (not due, already answered, the campaign over)."""
+        try:
+            return self._call(self._request(protocol.EvalRequest(round=round)))
+        except (RequestError, CampaignFinished) as error:
+            log.warning("round %d: no evaluation (%s)", round, error)
+            return None
+
+    def submit_eval(
+        self, eval_set: protocol.EvalSet, completions: list[str], claimed_accuracy: float
+    ) -> protocol.EvalAck | None:
+        """Answer ``eval_set`` (one completion per question, in order; each cut to its last
+        MAX_EVAL_ANSWER_CHARS characters, where the answer is, and shorter where the frame
+        would pass the message limit); returns the coordinator's score,
+        or None (logged) when it refuses. A retried submission's ``duplicate_submission`` carries
+        the stored score, which counts as success."""
+        submission_id, keep = uuid.uuid4().hex, MAX_EVAL_ANSWER_CHARS
+        while True:  # long multi-byte answers: shorter tails until the frame fits the limit
+            answers = [
+                protocol.EvalAnswer(ref=item.ref, completion=text[-keep:] if keep else "")
+                for item, text in zip(eval_set.questions, completions, strict=True)
+            ]
+            submit = protocol.EvalSubmit(
+                submission_id=submission_id,
+                eval_id=eval_set.eval_id,
+                answers=answers,
+                claimed_accuracy=min(1.0, max(0.0, claimed_accuracy)),
+            )
+            if keep == 0 or len(protocol.encode(submit).encode()) < protocol.MAX_MESSAGE_BYTES - 1024:
+                break
+            keep //= 2
+        try:
+            return self._call(self._request(submit))
+        except RequestError as error:
+            if error.code == ErrorCode.DUPLICATE_SUBMISSION and error.data:
+                with contextlib.suppress(msgspec.ValidationError):
+                    return msgspec.convert(error.data, protocol.EvalAck)
+            log.warning("evaluation after round %d not stored (%s)", eval_set.round, error)
+        except CampaignFinished as error:
+            log.warning("evaluation after round %d not stored (%s)", eval_set.round, error)
+        return None
 
     def _campaign_rounds(self) -> int | None:
         return None if self.welcome is None else self.welcome.campaign.config.rounds

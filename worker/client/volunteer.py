@@ -53,6 +53,7 @@ from worker.client.identity import (
 )
 from worker.client.transport import WebsocketTransport
 from worker.shared import protocol
+from worker.shared.evaluation import eval_index, score_answers
 from worker.shared.files import write_json_atomic
 from worker.shared.paired import control_seed_id
 from worker.shared.tiers import model_cache_dir
@@ -92,6 +93,7 @@ class WorkerResult:
     reason: str = ""  # completed, max_rounds, campaign_<state>, interrupted
     message: str = ""
     checkpoint: Path | None = None
+    eval_seconds: float = 0.0  # spent on held-out evaluations in this run
 
 
 class StatusLine:
@@ -107,6 +109,7 @@ class StatusLine:
         self.reward: float | None = None
         self.tokens_per_second: float | None = None
         self.external_fraction: float | None = None
+        self.held_out: float | None = None  # the last held-out accuracy the coordinator scored
 
     def update(self, metrics: dict[str, float]) -> None:
         self.reward = metrics.get("reward")
@@ -124,6 +127,8 @@ class StatusLine:
         parts.append(
             "external " + ("-" if self.external_fraction is None else f"{100 * self.external_fraction:.0f}%")
         )
+        if self.held_out is not None:
+            parts.append(f"held-out {self.held_out:.3f}")
         connection = self.transport.connection_state
         if self.transport.campaign_state not in (RUNNING, "unknown"):
             connection += f", campaign {self.transport.campaign_state}"
@@ -334,7 +339,8 @@ class _NodeRun:
         self.line: StatusLine | None = None
         self.agent: Agent | None = None
         self.rounds = 0  # the campaign's rounds per node
-        self.phase = "starting"  # starting, generate, train, idle
+        self.eval_every = 0  # the campaign's evaluation cadence (worker/shared/evaluation.py)
+        self.phase = "starting"  # starting, generate, train, evaluate, idle
         self.saved_round = -1
         self.every = 1
         self.lost_in_a_row = 0
@@ -482,6 +488,7 @@ class _NodeRun:
         self.saved_round = agent.round if self.result.checkpoint.exists() else -1
         self.result.start_round = agent.round
         self.rounds = config.rounds
+        self.eval_every = config.eval_every
         self.phase = "idle"
 
     def _resume(self, agent: Agent, path: Path, resume_round: int, control: bool) -> None:
@@ -597,3 +604,34 @@ class _NodeRun:
             100 * metrics.get("external_fraction", 0.0),
             metrics.get("round_time", float("nan")),
         )
+        self._evaluate_after(agent.round - 1)
+
+    def _evaluate_after(self, round: int) -> None:
+        """The held-out evaluation after ``round``, where the campaign's cadence has one: the
+        coordinator's questions answered greedily with the policy just trained and checkpointed,
+        then scored by the coordinator (its score is the one shown; ours is only a claim)."""
+        if eval_index(self.eval_every, self.rounds, round) is None:
+            return
+        transport, agent, line = self.transport, self.agent, self.line
+        assert transport is not None and agent is not None and line is not None
+        eval_set = transport.eval_set(round)
+        if eval_set is None:
+            return
+        self.phase, line.phase = "evaluate", "evaluating"
+        started = time.perf_counter()
+        completions = agent.answer_greedily([item.question for item in eval_set.questions])
+        claimed = score_answers(agent.mix, [item.ref for item in eval_set.questions], completions)
+        ack = transport.submit_eval(eval_set, completions, claimed.accuracy)
+        seconds = time.perf_counter() - started
+        self.phase, line.phase = "idle", "idle"
+        self.result.eval_seconds += seconds
+        if ack is not None:
+            line.held_out = ack.accuracy
+            log.info(
+                "node %s evaluated after round %d: held-out accuracy %.3f (n = %d), %.1f s",
+                self.node_id[:8],
+                round,
+                ack.accuracy,
+                ack.n,
+                seconds,
+            )

@@ -387,6 +387,21 @@ class Agent:
             "completions/clipped_ratio": sum(truncated) / len(truncated),
         }
 
+    # --- held-out evaluation (worker/shared/evaluation.py) -----------------------------------
+    def answer_greedily(self, questions: list[str]) -> list[str]:
+        """One greedy completion (temperature 0) per question with the current policy: the
+        answers a held-out evaluation scores."""
+        cfg = self.config
+        prompts = [render_prompt(self.tokenizer, text, cfg.system_prompt) for text in questions]
+        samples = self.backend.generate(
+            prompts,
+            n=1,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=0.0,
+            seed=stable_seed(cfg.seed, self.seed_id, self.round, "evaluate"),
+        )
+        return [group[0].text.replace("\x00", "\ufffd") for group in samples]
+
     # --- checkpoints -----------------------------------------------------------------------
     def save(self, path: Path) -> None:
         save_checkpoint(

@@ -34,6 +34,7 @@ from worker.shared.arms import (
 from worker.shared.campaign_controls import ControlsConfig
 from worker.shared.config import AgentConfig, GRPOConfig, grpo_rules
 from worker.shared.declaration import declared, setting_problems, settings_table
+from worker.shared.evaluation import MAX_EVAL_QUESTIONS
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
 from worker.shared.sampling import BATCH_RULES, STRATEGIES
@@ -272,6 +273,30 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             "r / decay rounds))); ignored by the other rules",
         ),
     ] = 30
+    # Held-out evaluation (worker/shared/evaluation.py, issue #48): after every eval_every-th
+    # round and the last, each node and control answers eval_questions fresh questions per task
+    # greedily; the coordinator scores them.
+    eval_every: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_ROUNDS,
+            title="Evaluate every N rounds",
+            description="every node and control is evaluated on held-out questions after every N-th round "
+            "and after its last (0: never); the questions are reserved for evaluation, fresh at every "
+            "evaluation and the same for every node",
+        ),
+    ] = 10
+    eval_questions: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_EVAL_QUESTIONS,
+            title="Evaluation questions per task",
+            description="held-out questions of each task at each evaluation, answered once each, greedily "
+            f"(at most {MAX_EVAL_QUESTIONS} over all tasks)",
+        ),
+    ] = 64
 
     def __post_init__(self) -> None:
         if isinstance(self.controls, dict):  # built in Python from a settings dict: unchecked
@@ -488,6 +513,15 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
                     ("batch_rule", *ij, "questions_per_round"),
                 )
             )
+        if self.eval_every and self.eval_questions * len(self.tasks) > MAX_EVAL_QUESTIONS:
+            rules.append(
+                ConfigError(
+                    "eval_questions",
+                    f"{self.eval_questions} questions of each of {len(self.tasks)} tasks make "
+                    f"{self.eval_questions * len(self.tasks)}; an evaluation holds at most {MAX_EVAL_QUESTIONS}",
+                    ("eval_questions", "tasks", "eval_every"),
+                )
+            )
         running = self.control_kinds()  # none: nothing to be the headline's reference
         if controls.reference and running and controls.reference not in running:
             kinds = ("isolated", "filtered", "self_replay", "over_generation", "seeds")
@@ -561,6 +595,10 @@ def cpu_demo_config(**overrides: Any) -> CampaignConfig:
         # Per model size: swarm vs isolated compares like with like, and a tier's swarm trains
         # on its own tier's rollouts (tiny-1m's would dominate tiny-5m's pool: it runs faster).
         pool_within_tier=True,
+        # Held-out accuracy every 10 rounds on 32 questions per task: 64 of each (the default)
+        # cost a node 8.7 % (tiny-1m) and 10.4 % (tiny-5m) of its time, 32 cost 3.4 % and 3.7 %
+        # (bench/eval_cost.py, one thread, 2-core machine, 2026-12-07).
+        eval_questions=32,
     )
     return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
 

@@ -35,6 +35,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from worker.shared import validation
 from worker.shared.campaign import CampaignConfig
+from worker.shared.evaluation import MAX_EVAL_ANSWER_CHARS, MAX_EVAL_QUESTIONS
 from worker.shared.questions import QuestionRef
 from worker.shared.rollout import Rollout
 from worker.shared.tiers import ModelSpec
@@ -74,6 +75,8 @@ class ErrorCode(StrEnum):
     BUSY = "busy"
     REWARD_MISMATCH = "reward_mismatch"
     GROUND_TRUTH_MISMATCH = "ground_truth_mismatch"
+    EVALUATION_NOT_DUE = "evaluation_not_due"
+    EVALUATION_MISMATCH = "evaluation_mismatch"
     INTERNAL = "internal_error"
 
 
@@ -91,16 +94,21 @@ ERROR_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.NO_TIER_FITS: "this hardware cannot run any of the campaign's tiers",
     ErrorCode.CAMPAIGN_NOT_RUNNING: "pending, paused or finished: no leases",
     ErrorCode.BANNED: "this node sent too many false rewards",
-    ErrorCode.UNKNOWN_LEASE: "no such lease",
-    ErrorCode.LEASE_NOT_YOURS: "the lease was issued to another node",
+    ErrorCode.UNKNOWN_LEASE: "no such lease (or evaluation set)",
+    ErrorCode.LEASE_NOT_YOURS: "the lease (or evaluation set) was issued to another node",
     ErrorCode.LEASE_EXPIRED: "submitted after the deadline; the questions went to others",
     ErrorCode.LEASE_MISMATCH: "rollouts do not answer the leased questions exactly",
-    ErrorCode.DUPLICATE_SUBMISSION: "this submission id was already accepted",
+    ErrorCode.DUPLICATE_SUBMISSION: "this submission id was already accepted, or this evaluation set was "
+    "already answered: data is the stored ack",
     ErrorCode.ROUND_SUBMITTED: "a lease for a round this node already submitted (after a crash): "
     "data is the stored ack; report the round's metrics and go on to the next",
     ErrorCode.BUSY: "the coordinator is behind: send the same request again after data.retry_after seconds",
     ErrorCode.REWARD_MISMATCH: "a claimed reward differs from the verified one",
     ErrorCode.GROUND_TRUTH_MISMATCH: "question or answer differs from the record",
+    ErrorCode.EVALUATION_NOT_DUE: "no evaluation follows this round for this node: not a round of the "
+    "campaign's cadence, or not the round whose metrics the node reported last",
+    ErrorCode.EVALUATION_MISMATCH: "evaluation answers do not answer the evaluation set exactly: one "
+    "answer per question, in its order",
     ErrorCode.INTERNAL: "the coordinator failed on this request (a bug: it is logged)",
 }
 
@@ -227,6 +235,35 @@ class ExtraLeaseRequest(_Message, tag="extra_lease_request"):
     count: Annotated[int, Meta(ge=1, le=MAX_ROLLOUTS_PER_MESSAGE)]
 
 
+class EvalRequest(_Message, tag="eval_request"):
+    """Ask for the held-out questions of the evaluation that follows ``round`` (a round of the
+    campaign's cadence: ``eval_every``; the round whose metrics this node reported last).
+    worker/shared/evaluation.py says which questions they are."""
+
+    round: Round
+
+
+class EvalAnswer(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One evaluation question's greedy completion (its last MAX_EVAL_ANSWER_CHARS characters)."""
+
+    ref: QuestionRef
+    completion: Annotated[str, Meta(max_length=MAX_EVAL_ANSWER_CHARS)]
+
+
+class EvalSubmit(_Message, tag="eval_submit"):
+    """Answers to every question of an evaluation set, in its order; scored by the coordinator
+    with the tasks' verifiers (a claim is kept beside the score, never used for it). One per
+    evaluation set; idempotent by submission_id."""
+
+    submission_id: RequestId
+    eval_id: RequestId
+    answers: Annotated[list[EvalAnswer], Meta(max_length=MAX_EVAL_QUESTIONS)]
+    claimed_accuracy: (
+        Annotated[float, Meta(ge=0, le=1, description="the node's own score (shown, never trusted)")]
+        | UnsetType
+    ) = UNSET
+
+
 class Heartbeat(_Message, tag="heartbeat"):
     """Liveness; send after `heartbeat_seconds` without an answer to any other request."""
 
@@ -303,6 +340,32 @@ class Lease(_Message, tag="lease"):
     questions: Annotated[list[LeaseQuestion], Meta(max_length=MAX_ROLLOUTS_PER_MESSAGE)]
 
 
+class EvalQuestion(Struct, forbid_unknown_fields=True, kw_only=True):
+    """One held-out question, without its answer."""
+
+    ref: QuestionRef
+    question: str
+
+
+class EvalSet(_Message, tag="eval_set"):
+    """The held-out questions of the evaluation after ``round``: the same for every node and
+    control of the campaign at that evaluation, answers never sent. Answer with eval_submit."""
+
+    eval_id: RequestId
+    round: Annotated[int, Meta(ge=0)]
+    questions: Annotated[list[EvalQuestion], Meta(max_length=MAX_EVAL_QUESTIONS)]
+
+
+class EvalAck(_Message, tag="eval_ack"):
+    """The evaluation's score as the coordinator verified it and stored it."""
+
+    eval_id: RequestId
+    round: Annotated[int, Meta(ge=0)]
+    n: Annotated[int, Meta(ge=0, description="questions scored")]
+    accuracy: Annotated[float, Meta(ge=0, le=1, description="share of answers the verifier gives full marks")]
+    reward: Annotated[float, Meta(description="mean reward (the campaign's, as in training)")]
+
+
 class SubmitAck(_Message, tag="submit_ack"):
     """Submission stored: the verified rewards, one list per rollout, in order."""
 
@@ -372,10 +435,29 @@ class Error(_Message, tag="error"):
 
 # What each side sends: ``parse`` returns one of these, and handlers match on the type.
 WorkerMessage = (
-    Hello | LeaseRequest | ExtraLeaseRequest | Submit | SampleRequest | MetricsReport | Heartbeat | Release
+    Hello
+    | LeaseRequest
+    | ExtraLeaseRequest
+    | Submit
+    | SampleRequest
+    | MetricsReport
+    | EvalRequest
+    | EvalSubmit
+    | Heartbeat
+    | Release
 )
 CoordinatorMessage = (
-    Welcome | Lease | SubmitAck | Samples | MetricsAck | HeartbeatAck | ReleaseAck | CampaignState | Error
+    Welcome
+    | Lease
+    | SubmitAck
+    | Samples
+    | MetricsAck
+    | EvalSet
+    | EvalAck
+    | HeartbeatAck
+    | ReleaseAck
+    | CampaignState
+    | Error
 )
 WORKER_MESSAGES: dict[str, type[_Message]] = {
     cls.__struct_config__.tag: cls
@@ -386,6 +468,8 @@ WORKER_MESSAGES: dict[str, type[_Message]] = {
         Submit,
         SampleRequest,
         MetricsReport,
+        EvalRequest,
+        EvalSubmit,
         Heartbeat,
         Release,
     )
@@ -398,6 +482,8 @@ COORDINATOR_MESSAGES: dict[str, type[_Message]] = {
         SubmitAck,
         Samples,
         MetricsAck,
+        EvalSet,
+        EvalAck,
         HeartbeatAck,
         ReleaseAck,
         CampaignState,
@@ -412,6 +498,8 @@ REPLIES: dict[type[_Message], type[_Message]] = {
     Submit: SubmitAck,
     SampleRequest: Samples,
     MetricsReport: MetricsAck,
+    EvalRequest: EvalSet,
+    EvalSubmit: EvalAck,
     Heartbeat: HeartbeatAck,
     Release: ReleaseAck,
 }

@@ -50,6 +50,7 @@ from worker.client.volunteer import checkpoint_interval, run_worker
 from worker.engine.transport import Lease
 from worker.shared import protocol
 from worker.shared.campaign import CampaignConfig
+from worker.shared.evaluation import eval_index, eval_refs, score_answers
 from worker.shared.protocol import ErrorCode, clean_metrics
 from worker.shared.questions import QuestionRef, question, ref_at
 from worker.shared.rewards import RewardConfig, rewards
@@ -134,6 +135,8 @@ class FakeCoordinator:
         self.acks: dict[str, dict[str, Any]] = {}  # submission_id -> ack
         self.pool: list[Rollout] = []
         self.metrics: dict[int, dict[str, float]] = {}
+        self.eval_sets: dict[str, tuple[int, list[QuestionRef]]] = {}  # eval_id -> (round, refs)
+        self.evaluations: dict[int, dict[str, Any]] = {}  # round -> what the node submitted, scored
         self._sockets: set[ServerConnection] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -291,6 +294,30 @@ class FakeCoordinator:
         for rollout, values in zip(rollouts, verified, strict=True):
             self.pool.append(msgspec.structs.replace(rollout, rewards=values))
         return "submit_ack", ack
+
+    def on_eval_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        round, config = fields["round"], self.config
+        index = eval_index(config.eval_every, config.rounds, round)
+        if index is None or round not in self.metrics or round + 1 in self.metrics:  # as the coordinator
+            raise protocol.ProtocolError(ErrorCode.EVALUATION_NOT_DUE, f"no evaluation after round {round}")
+        refs = eval_refs(self.mix, config.seed, index, config.eval_questions)
+        eval_id = uuid.uuid4().hex
+        self.eval_sets[eval_id] = (round, refs)
+        questions = [{"ref": ref.to_json(), "question": question(self.mix, ref).question} for ref in refs]
+        return "eval_set", {"eval_id": eval_id, "round": round, "questions": questions}
+
+    def on_eval_submit(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        round, refs = self.eval_sets[fields["eval_id"]]
+        answers = fields["answers"]
+        assert [answer.ref for answer in answers] == refs
+        score = score_answers(self.mix, refs, [answer.completion for answer in answers])
+        self.evaluations[round] = {
+            "answers": answers,
+            "claimed": fields.get("claimed_accuracy"),
+            "score": score,
+        }
+        ack = {"eval_id": fields["eval_id"], "round": round, "n": score.n, "accuracy": score.accuracy}
+        return "eval_ack", {**ack, "reward": score.reward}
 
     def on_sample_request(self, fields: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         # Other nodes' rollouts: this node's own, relabelled (the pool never returns one's own).
@@ -919,3 +946,31 @@ def test_a_backfill_campaign_asks_the_coordinator_for_exactly_what_it_fills(
         assert m["train/completions"] == 4 * (m["batch/local_used"] + m["batch/external_used"])
         wanted += [int(m["batch/external_requested"])] if m["batch/external_requested"] else []
     assert asked == wanted
+
+
+@pytest.mark.timeout(300)
+def test_a_node_evaluates_at_the_cadence_with_greedy_answers(worker_env: None, tmp_path: Path) -> None:
+    """Issue #48 on the volunteer's path: after every eval_every-th round and the last, the node
+    asks for the evaluation's set and answers each question once, with its own score of its
+    answers as a claim only."""
+    with FakeCoordinator(small_config(rounds=3, eval_every=2, eval_questions=3)) as fake:
+        result = run_worker(fake.url, "secret", tmp_path / "volunteer", status=False)
+    assert result.reason == "completed" and sorted(fake.metrics) == [0, 1, 2]
+    assert sorted(fake.evaluations) == [1, 2]  # after round 1 (the cadence) and round 2 (the last)
+    asked = [m.round for m in fake.of_type("eval_request")]
+    assert asked == [1, 2]
+    for evaluation in fake.evaluations.values():
+        assert len(evaluation["answers"]) == 3 * 2
+        assert evaluation["claimed"] == pytest.approx(evaluation["score"].accuracy)
+    assert result.eval_seconds > 0
+
+
+def test_hub_telemetry_is_off_unless_the_volunteer_opts_in() -> None:
+    from worker.cli import hub_telemetry_off
+
+    environ: dict[str, str] = {}
+    hub_telemetry_off(environ)
+    assert environ == {"HF_HUB_DISABLE_TELEMETRY": "1"}
+    opted_in = {"HF_HUB_DISABLE_TELEMETRY": "0"}
+    hub_telemetry_off(opted_in)
+    assert opted_in == {"HF_HUB_DISABLE_TELEMETRY": "0"}
