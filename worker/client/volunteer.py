@@ -42,7 +42,7 @@ import msgspec
 from worker import __version__
 from worker.client.address import is_loopback, normalise_url
 from worker.client.backends import build_backend, choose_backend, measure_generation_speed
-from worker.client.connection import DEFAULT_REQUEST_TIMEOUT, FINISHED_STATES, RUNNING
+from worker.client.connection import DEFAULT_REQUEST_TIMEOUT, FINISHED_STATES
 from worker.client.errors import CampaignFinished, FatalError, LeaseLost, RoundSubmitted
 from worker.client.identity import (
     checkpoint_path,
@@ -51,6 +51,7 @@ from worker.client.identity import (
     lock_data_dir,
     save_stats,
 )
+from worker.client.status import StatusLine, StatusLines
 from worker.client.transport import WebsocketTransport
 from worker.shared import protocol
 from worker.shared.evaluation import eval_index, score_answers
@@ -60,7 +61,6 @@ from worker.shared.tiers import model_cache_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.text import Text
 
     from worker.engine.agent import Agent
     from worker.shared.hardware import Hardware
@@ -94,46 +94,6 @@ class WorkerResult:
     message: str = ""
     checkpoint: Path | None = None
     eval_seconds: float = 0.0  # spent on held-out evaluations in this run
-
-
-class StatusLine:
-    """The live one-line status (a rich renderable, re-read on every refresh)."""
-
-    def __init__(self, transport: WebsocketTransport, label: str = "") -> None:
-        self.transport = transport
-        self.label = label  # the node, when one process runs several
-        self.phase = "starting"
-        self.round = 0
-        self.rounds: int | None = None
-        self.tier = ""
-        self.reward: float | None = None
-        self.tokens_per_second: float | None = None
-        self.external_fraction: float | None = None
-        self.held_out: float | None = None  # the last held-out accuracy the coordinator scored
-
-    def update(self, metrics: dict[str, float]) -> None:
-        self.reward = metrics.get("reward")
-        self.tokens_per_second = metrics.get("tokens_per_second")
-        self.external_fraction = metrics.get("external_fraction")
-
-    def render(self) -> str:
-        total = f"/{self.rounds}" if self.rounds else ""
-        parts = [f"{self.label}round {self.round}{total}"]
-        if self.tier:
-            parts.append(self.tier)
-        parts.append(self.phase)
-        parts.append("reward " + ("-" if self.reward is None else f"{self.reward:.3f}"))
-        parts.append(("-" if self.tokens_per_second is None else f"{self.tokens_per_second:.0f}") + " tok/s")
-        parts.append(
-            "external " + ("-" if self.external_fraction is None else f"{100 * self.external_fraction:.0f}%")
-        )
-        if self.held_out is not None:
-            parts.append(f"held-out {self.held_out:.3f}")
-        connection = self.transport.connection_state
-        if self.transport.campaign_state not in (RUNNING, "unknown"):
-            connection += f", campaign {self.transport.campaign_state}"
-        parts.append(f"coordinator: {connection}")
-        return " | ".join(parts)
 
 
 @contextlib.contextmanager
@@ -274,7 +234,7 @@ def _take_turns(
     console = console or Console(stderr=True)
     live: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if status and console.is_terminal:
-        live = Live(_StatusLines(runs), console=console, refresh_per_second=2, transient=True)
+        live = Live(StatusLines(runs), console=console, refresh_per_second=2, transient=True)
     current: _NodeRun | None = None
     try:
         with live:
@@ -296,18 +256,6 @@ def _take_turns(
     finally:
         for run in runs:
             run.finish()
-
-
-class _StatusLines:
-    """The live status: one line per started node (a rich renderable, re-read on every refresh)."""
-
-    def __init__(self, runs: list[_NodeRun]) -> None:
-        self.runs = runs
-
-    def __rich__(self) -> Text:
-        from rich.text import Text
-
-        return Text("\n".join(run.line.render() for run in self.runs if run.line is not None))
 
 
 class _NodeRun:

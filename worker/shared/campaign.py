@@ -1,5 +1,8 @@
 """A campaign's configuration: what every node of a swarm trains, and how.
 
+It is long because every campaign setting is declared here once, with its bounds, description
+and cross-setting rules (the form, the CLI and the docs' settings table follow from it).
+
 The coordinator stores it (validated) with the campaign and sends it to each worker in the
 welcome message; the worker builds its :class:`~worker.shared.config.AgentConfig` from it. It
 lives here, without Django, because both sides need it.

@@ -1,5 +1,8 @@
 """The worker <-> coordinator websocket protocol: every message, its schema, and validation.
 
+It is long because every message is declared here once, with its bounds and descriptions (the
+reference in docs/protocol.md is generated from it): split, the protocol would live in two places.
+
 Both sides import this module: the coordinator validates what workers send, the client
 validates what the coordinator sends. Each message is declared once, as a msgspec Struct
 below: the declaration is the validation (types, sizes, ranges and unknown fields are checked
