@@ -182,7 +182,9 @@ def test_exported_text_cells_are_never_formulas_and_numbers_stay_numbers(coordin
             return list(csv.reader(io.StringIO(response.read().decode(), newline="")))
 
     header, row = download("agent")
-    assert sorted(header[len(FIXED) :]) == sorted(["'" + name for name in FORMULAS] + ["note"])
+    held_out = ["eval/accuracy", "eval/reward"]  # the coordinator's held-out scores, last
+    assert header[-2:] == held_out
+    assert sorted(header[len(FIXED) : -2]) == sorted(["'" + name for name in FORMULAS] + ["note"])
     cells = dict(zip(header, row, strict=True))
     assert cells["tier"] == "'-tier" and cells["note"] == "'=1+1"
     assert cells["reward"] == "-0.5" and all(cells["'" + name] == "-0.5" for name in FORMULAS)
