@@ -46,6 +46,9 @@ Environment variables (see platform/.env.example):
                      directory every machine serving the `controls` queue shares (default
                      <SWARM_DATA_DIR>/controls)
     SWARM_CONTROL_MAX_STARTS  a control whose node exits early this many times fails (default 5)
+    SWARM_CONTROL_SLOTS  threads of each `controls` queue worker (the shipped start commands pass it
+                     as --concurrency): controls that run at once (default 16; `check --deploy`
+                     warns below what the campaign form's default or a preset starts)
     SWARM_TRAINING_NICE  the niceness of every training process the coordinator, its Celery
                      workers or the demo start (default 10: below the coordinator's servers)
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
@@ -62,14 +65,12 @@ Environment variables (see platform/.env.example):
     POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
                      window (its node's metrics report reads it; default 3600)
     SWARM_PUBLIC_URL the coordinator's address as volunteers reach it (http(s)://host[:port]/),
-                     shown in the join line of the token pages (default unset: the address the
-                     organizer is browsing, with a warning)
+                     in the join command of the campaign and token pages and the /join.sh script
+                     (default unset: the address being browsed, with a warning)
     SWARM_VOLUNTEER_SIGNUP  1/0: anyone may sign up at /accounts/signup/ and make their own worker
                      tokens for open campaigns (default 1; swarm_app/volunteers/, docs/volunteers.md)
     SIGNUP_LIMIT     sign-up forms one client address may send within SIGNUP_WINDOW_SECONDS
                      (default 10); SIGNUP_WINDOW_SECONDS (default 3600)
-    SWARM_REPOSITORY_URL  the repository volunteers install the worker from, in the install line
-                     of a campaign's "Join this campaign" section (default <this repository>)
     PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
                      missing) where every process of the host keeps its counts, so that a scrape of
                      any of them reports all; one per host (PID namespace), set before the processes
@@ -365,6 +366,9 @@ CONTROL_URL = (
 )
 CONTROL_DATA_DIR = Path(os.environ.get("SWARM_CONTROL_DATA_DIR") or DATA_DIR / "controls")
 CONTROL_MAX_STARTS = int(os.environ.get("SWARM_CONTROL_MAX_STARTS", "5"))
+CONTROL_SLOTS = int(os.environ.get("SWARM_CONTROL_SLOTS", "16"))
+if CONTROL_SLOTS < 1:
+    raise ImproperlyConfigured(f"SWARM_CONTROL_SLOTS={CONTROL_SLOTS}: expected 1 or more")
 TRAINING_NICE = int(os.environ.get("SWARM_TRAINING_NICE", "10"))
 if not 0 <= TRAINING_NICE <= 19:
     raise ImproperlyConfigured(f"SWARM_TRAINING_NICE={TRAINING_NICE}: expected 0..19")
@@ -530,7 +534,6 @@ AXES_LOCKOUT_TEMPLATE = "registration/lockout.html"
 SWARM_VOLUNTEER_SIGNUP = env_bool("SWARM_VOLUNTEER_SIGNUP", True)
 SIGNUP_LIMIT = int(os.environ.get("SIGNUP_LIMIT", "10"))
 SIGNUP_WINDOW_SECONDS = env_seconds("SIGNUP_WINDOW_SECONDS", 3600, 1)
-SWARM_REPOSITORY_URL = os.environ.get("SWARM_REPOSITORY_URL", "") or "<this repository>"
 
 LOGIN_URL = "/accounts/login/"
 # The header's links send ?next=<this page>; without one, login and logout land on the home page.

@@ -1,11 +1,13 @@
-"""The health check used by load balancers, the demo and tests (the home page is the status page)."""
+"""The health check used by load balancers, the demo and tests (the home page is the status page),
+and the volunteers' install script and worker wheel (swarm_app/core/join.py)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from swarm_app.core import join
 from worker import __version__
 
 
@@ -24,3 +26,18 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "database": connection.vendor,
     }
     return JsonResponse(body, status=200 if database_ok else 503)
+
+
+def join_script(request: HttpRequest) -> HttpResponse:
+    """The install-and-join script that the join command pipes into sh."""
+    return HttpResponse(join.install_script(join.join_url(request)), content_type="text/x-shellscript")
+
+
+def worker_wheel(request: HttpRequest, filename: str) -> HttpResponse:
+    """This coordinator's worker wheel (the join script names it with its hash)."""
+    wheel = join.worker_wheel()
+    if filename != wheel.filename:
+        raise Http404(f"this coordinator serves {wheel.filename}")
+    response = HttpResponse(wheel.data, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{wheel.filename}"'
+    return response

@@ -108,8 +108,7 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             # "Join this campaign" (swarm_app/volunteers/): shown on open campaigns' pages.
             "join": {
                 "open": campaign.public and campaign.volunteer_access == Campaign.VolunteerAccess.OPEN,
-                "install_line": join.install_line(),
-                "join_line": join.join_line(join.join_url(request), "<your token>"),
+                "command": join.volunteer_command(join.join_url(request), "<your token>"),
                 "public_url_set": join.public_url_set(),
                 "signup": settings.SWARM_VOLUNTEER_SIGNUP,
             },
@@ -226,7 +225,7 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
             "secret": secret,
             # The address volunteers reach, from the setting; the browsing host only as a
             # fallback the page warns about (an organizer may browse a loopback or private name).
-            "join_url": join.join_url(request),
+            "join_command": join.volunteer_command(join.join_url(request), secret) if secret else "",
             "public_url_set": join.public_url_set(),
             # Volunteers' own tokens: the invite link of an invite-only campaign (swarm_app/volunteers/).
             "invite_link": join.absolute(
