@@ -46,6 +46,8 @@ Environment variables (see platform/.env.example):
                      directory every machine serving the `controls` queue shares (default
                      <SWARM_DATA_DIR>/controls)
     SWARM_CONTROL_MAX_STARTS  a control whose node exits early this many times fails (default 5)
+    HEALTH_HEARTBEAT_SECONDS  how often beat sends the housekeeping heartbeat; /healthz/all says
+                     beat or the Celery worker is down after 3 periods + 10 s without it (default 30)
     SWARM_CONTROL_SLOTS  threads of each `controls` queue worker (the shipped start commands pass it
                      as --concurrency): controls that run at once (default 16; `check --deploy`
                      warns below what the campaign form's default or a preset starts)
@@ -58,8 +60,11 @@ Environment variables (see platform/.env.example):
     METRICS_ALLOWED_ADDRESSES  comma-separated addresses or networks (CIDR) whose requests
                      /metrics answers (default 127.0.0.1,::1); requests through the proxy
                      (X-Forwarded-For, Forwarded or X-Real-IP present) are always refused. A
-                     network that covers every address needs METRICS_TOKEN
+                     network that covers every address needs METRICS_TOKEN or METRICS_TOKEN_FILE
     METRICS_TOKEN    set: /metrics also needs "Authorization: Bearer <token>" (32+ characters)
+    METRICS_TOKEN_FILE  instead of METRICS_TOKEN: a file holding the token, read at each scrape
+                     (the file platform/prometheus.yml's credentials_file names, on Prometheus's
+                     host; `check --deploy` reports it missing or short)
     POOL_ARCHIVE_SECONDS  how often Celery beat moves rollouts no draw can reach out of the hot
                      pool table (swarm_app/coordinator/archive.py; default 300)
     POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
@@ -411,7 +416,16 @@ POOL_ARCHIVE_GRACE_SECONDS = env_seconds("POOL_ARCHIVE_GRACE_SECONDS", 3600, 0)
 # housekeeping keeps the default queue to itself.
 CELERY_TASK_ROUTES = {"campaigns.run_control": {"queue": "controls"}}
 
+# The housekeeping heartbeat (swarm_app/core/health.py): beat sends it this often; /healthz/all
+# reports beat or the default queue's workers down after three periods (plus 10 s) without it.
+HEALTH_HEARTBEAT_SECONDS = env_seconds("HEALTH_HEARTBEAT_SECONDS", 30, 1)
+
 CELERY_BEAT_SCHEDULE = {
+    "heartbeat": {
+        "task": "core.heartbeat",
+        "schedule": HEALTH_HEARTBEAT_SECONDS,
+        "options": {"expires": HEALTH_HEARTBEAT_SECONDS},
+    },
     "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
     # Housekeeping that a busy worker runs late is dropped rather than run in a pile (expires).
     "requeue-offline-controls": {
@@ -477,10 +491,15 @@ if METRICS_TOKEN and (len(METRICS_TOKEN) < 32 or METRICS_TOKEN == EXAMPLE_SECRET
         "METRICS_TOKEN must be 32 or more characters without spaces; generate one with: "
         'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
     )
-if not METRICS_TOKEN and any(network.prefixlen == 0 for network in METRICS_ALLOWED_ADDRESSES):
+METRICS_TOKEN_FILE = os.environ.get("METRICS_TOKEN_FILE", "")
+if METRICS_TOKEN and METRICS_TOKEN_FILE:
+    raise ImproperlyConfigured("set METRICS_TOKEN or METRICS_TOKEN_FILE, not both")
+if not (METRICS_TOKEN or METRICS_TOKEN_FILE) and any(
+    network.prefixlen == 0 for network in METRICS_ALLOWED_ADDRESSES
+):
     raise ImproperlyConfigured(
-        "METRICS_ALLOWED_ADDRESSES covers every address: set METRICS_TOKEN too, or name the "
-        "scraper's address or network"
+        "METRICS_ALLOWED_ADDRESSES covers every address: set METRICS_TOKEN (or METRICS_TOKEN_FILE) "
+        "too, or name the scraper's address or network"
     )
 # Read by prometheus_client itself when it is imported (swarm_app/coordinator/telemetry.py);
 # checked here so that a wrong path stops the process at start, not at its first count.
@@ -557,7 +576,7 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # router). /healthz stays reachable over plain http for the compose and local health checks, and
 # /metrics for a scraper on the private network (it never answers through the proxy).
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^healthz/all$", r"^metrics$"]
 # HSTS on https responses (Django sends it only on requests it sees as secure; nginx.conf sends
 # the same header for what it serves itself).
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if EMBEDDED else "31536000"))

@@ -16,6 +16,7 @@ urlpatterns = [
     # Volunteers: sign-up, their tokens, pages, leaderboards (swarm_app/volunteers/urls.py).
     path("", include("swarm_app.volunteers.urls")),
     path("healthz", core_views.healthz, name="healthz"),
+    path("healthz/all", core_views.healthz_all, name="healthz-all"),
     # The volunteers' one command fetches these (swarm_app/core/join.py).
     path(join.SCRIPT_PATH, core_views.join_script, name="join-script"),
     path("join/<str:filename>", core_views.worker_wheel, name="worker-wheel"),

@@ -7,25 +7,33 @@ from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
-from swarm_app.core import join
+from swarm_app.core import health, join
 from worker import __version__
 
 
-def healthz(request: HttpRequest) -> JsonResponse:
-    """200 with the mode and database vendor when the database answers; 503 otherwise."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        database_ok = True
-    except Exception:  # any database failure means "not healthy", whatever the driver raises
-        database_ok = False
+def _health(request: HttpRequest, required: tuple[str, ...]) -> JsonResponse:
+    parts = health.parts()
+    ok = all(parts[name]["ok"] for name in required)
     body = {
-        "ok": database_ok,
+        "ok": ok,
         "version": __version__,
         "mode": "embedded" if settings.EMBEDDED else "production",
         "database": connection.vendor,
+        "parts": parts,
     }
-    return JsonResponse(body, status=200 if database_ok else 503)
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """For load balancers: 200 while the database answers (this server can serve; workers keep
+    training through a Redis outage), 503 otherwise; every part's state in ``parts``."""
+    return _health(request, ("database",))
+
+
+def healthz_all(request: HttpRequest) -> JsonResponse:
+    """For monitors: 200 only while every part answers (database, Redis, beat, a Celery worker
+    of the default queue: swarm_app/core/health.py), else 503."""
+    return _health(request, health.PARTS)
 
 
 def join_script(request: HttpRequest) -> HttpResponse:

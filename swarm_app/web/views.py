@@ -27,7 +27,7 @@ from swarm_app.campaigns.rollups import refresh_rollups
 from swarm_app.coordinator import archive
 from swarm_app.coordinator.models import WorkerToken
 from swarm_app.coordinator.tokens import create_token, revoke
-from swarm_app.core import join
+from swarm_app.core import health, join
 from swarm_app.runs import lifecycle, local_workers
 from swarm_app.web import dashboard, run_info, series, status_tables
 from swarm_app.web.forms import CampaignForm, TokenForm, sizing_of, tasks_to_text
@@ -105,6 +105,9 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "allowed_actions": lifecycle.allowed_actions(campaign.state),
             "band": series.BAND,
             "agents": dashboard.agent_choices(campaign),
+            # Beat and the default queue's workers run completion, liveness and the dashboards.
+            "housekeeping_stopped": campaign.state == Campaign.State.RUNNING
+            and not health.housekeeping_running(),
             # "Join this campaign" (swarm_app/volunteers/): shown on open campaigns' pages.
             "join": {
                 "open": campaign.public and campaign.volunteer_access == Campaign.VolunteerAccess.OPEN,

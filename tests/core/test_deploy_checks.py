@@ -5,7 +5,10 @@ everything is filled)."""
 
 from __future__ import annotations
 
+import secrets
 import sys
+
+from django.test import Client
 
 from tests.core.test_security_settings import HOST, production_env, run
 
@@ -41,3 +44,33 @@ def test_too_few_control_slots_for_the_presets_stops_the_start(tmp_path):
     assert "the sapo-table preset: 16" in result.stderr and "the cpu-demo preset: 12" in result.stderr
     assert "Set SWARM_CONTROL_SLOTS to 16 or more" in result.stderr
     assert run(CHECK, production_env(tmp_path, SWARM_CONTROL_SLOTS="16")).returncode == 0
+
+
+def test_a_missing_metrics_token_file_stops_the_start(tmp_path):
+    token_file = tmp_path / "metrics-token"
+    missing = run(CHECK, production_env(tmp_path, METRICS_TOKEN_FILE=str(token_file)))
+    assert missing.returncode != 0 and "swarm.E001" in missing.stderr
+    assert f"METRICS_TOKEN_FILE {token_file}: No such file or directory" in missing.stderr
+    token_file.write_text("short\n")
+    assert (
+        "not a token of 32 or more characters"
+        in run(CHECK, production_env(tmp_path, METRICS_TOKEN_FILE=str(token_file))).stderr
+    )
+    token_file.write_text(secrets.token_urlsafe(32) + "\n")
+    result = run(CHECK, production_env(tmp_path, METRICS_TOKEN_FILE=str(token_file)))
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_scrape_reads_the_token_file_each_time(db, settings, tmp_path):
+    token_file = tmp_path / "metrics-token"
+    settings.METRICS_TOKEN_FILE = str(token_file)
+    client = Client()
+    assert client.get("/metrics").status_code == 503  # no file yet: said, not served open
+    token = secrets.token_urlsafe(32)
+    token_file.write_text(f"{token}\n")
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    rotated = secrets.token_urlsafe(32)
+    token_file.write_text(rotated)
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {rotated}").status_code == 200

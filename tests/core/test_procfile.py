@@ -1,0 +1,48 @@
+"""platform/Procfile's `web`, run as honcho runs it (`sh -c` with PORT set, the shipped settings
+filled in): the deployment checks pass, then daphne listens on 127.0.0.1 only, never on every
+address (it believes X-Forwarded-For: a client that reached it directly could choose its address
+and step around the login throttle)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from tests.core.test_security_settings import PLATFORM, ROOT, production_env
+from tests.servers import free_port, stop
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses with a listening TCP socket on ``port`` (IPv4 and IPv6), from /proc."""
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                addresses.add(address)
+    return addresses
+
+
+def test_the_procfiles_web_listens_on_loopback_only(tmp_path):
+    web = next(line for line in (PLATFORM / "Procfile").read_text().splitlines() if line.startswith("web:"))
+    port = free_port()
+    with open(tmp_path / "web.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["sh", "-c", web.removeprefix("web:").strip()],
+            cwd=ROOT,
+            env=production_env(tmp_path, PORT=str(port)),  # honcho sets PORT (-p 8000: 8000)
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while not listening(port):
+            assert proc.poll() is None, (tmp_path / "web.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "web did not listen"
+            time.sleep(0.3)
+        assert listening(port) == {"0100007F"}  # 127.0.0.1, little-endian hex; nothing else
+    finally:
+        stop(proc)
