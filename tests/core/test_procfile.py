@@ -5,9 +5,13 @@ and step around the login throttle)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.core.test_security_settings import PLATFORM, ROOT, production_env
 from tests.servers import free_port, stop
@@ -25,14 +29,19 @@ def listening(port: int) -> set[str]:
     return addresses
 
 
-def test_the_procfiles_web_listens_on_loopback_only(tmp_path):
+@pytest.mark.parametrize("bind_setting", ["platform/.env.example's", "unset"])
+def test_the_procfiles_web_listens_on_loopback_only(tmp_path, bind_setting):
     web = next(line for line in (PLATFORM / "Procfile").read_text().splitlines() if line.startswith("web:"))
     port = free_port()
+    # honcho sets PORT (-p 8000: 8000) and runs in the virtual environment (on PATH).
+    env = production_env(tmp_path, PORT=str(port), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    if bind_setting == "unset":
+        del env["SWARM_BIND_ADDRESS"]
     with open(tmp_path / "web.log", "wb") as log:
         proc = subprocess.Popen(
             ["sh", "-c", web.removeprefix("web:").strip()],
             cwd=ROOT,
-            env=production_env(tmp_path, PORT=str(port)),  # honcho sets PORT (-p 8000: 8000)
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
