@@ -1,4 +1,5 @@
-"""Settings for the Swarm coordinator, read from the environment.
+"""Settings for the Swarm coordinator, read from the environment. The module is long because it
+is the one place where every setting is declared, documented below and checked as it is read.
 
 One module serves both modes:
 
