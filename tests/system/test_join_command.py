@@ -4,7 +4,8 @@ machine has no NVIDIA GPU) and the coordinator's own worker wheel, then joins; t
 round and the coordinator records it.
 
 PyTorch's CPU index is not reachable from this machine, so SWARM_TORCH_CPU_INDEX (the script's
-mirror setting) points at a local index holding the same wheel (/opt/wheels); the other
+mirror setting) points at a local index of the same kind: the same wheel (/opt/wheels) and the
+projects torch requires (from this machine's local index, /opt/pypi). The worker's other
 requirements come from pip's configured indexes."""
 
 from __future__ import annotations
@@ -25,19 +26,32 @@ from tests.servers import asgi_server
 pytestmark = pytest.mark.slow
 
 LOCAL_WHEELS = Path("/opt/wheels")
+LOCAL_INDEX = Path("/opt/pypi/simple")
 INSTALL_TIMEOUT = 900  # seconds: torch and transformers unpacked on 2 shared cores
 
 
 def cpu_index(tmp_path: Path) -> Path:
-    """A PEP 503 index with the local CPU torch wheel: what PyTorch's CPU index serves."""
+    """A PEP 503 index like PyTorch's CPU one: the CPU torch wheel (from /opt/wheels) and the
+    projects torch requires (PyTorch's index hosts them too; here from the local index)."""
     wheels = sorted(LOCAL_WHEELS.glob(f"torch-{join.torch_version()}+cpu-*.whl"))
     if not wheels:
-        pytest.fail(f"no CPU torch {join.torch_version()} wheel in {LOCAL_WHEELS} to stand in for PyTorch's index")
-    index = tmp_path / "torch-cpu" / "torch"
-    index.mkdir(parents=True)
+        pytest.fail(
+            f"no CPU torch {join.torch_version()} wheel in {LOCAL_WHEELS} to stand in for PyTorch's index"
+        )
+    index = tmp_path / "torch-cpu"
+    for project in LOCAL_INDEX.iterdir():
+        if project.name != "torch" and (project / "index.html").exists():
+            (index / project.name).mkdir(parents=True)
+            page = (
+                (project / "index.html")
+                .read_text()
+                .replace('href="../../', f'href="{LOCAL_INDEX.parent.as_uri()}/')
+            )
+            (index / project.name / "index.html").write_text(page)
+    (index / "torch").mkdir(parents=True)
     links = "".join(f'<a href="{wheel.as_uri()}">{wheel.name}</a>\n' for wheel in wheels)
-    (index / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
-    return index.parent
+    (index / "torch" / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return index
 
 
 def test_the_join_command_installs_into_a_fresh_environment_and_joins(transactional_db, tmp_path):
@@ -86,4 +100,7 @@ def test_the_join_command_installs_into_a_fresh_environment_and_joins(transactio
     torch_version, protocol_file, direct_url = check.stdout.split(" ", 2)
     assert torch_version == f"{join.torch_version()}+cpu"
     assert protocol_file.startswith(str(venv)) and f"{site}/join/" in direct_url
-    assert not any(name.startswith("nvidia") for name in os.listdir(next((venv / "lib").glob("python*")) / "site-packages"))
+    assert not any(
+        name.startswith("nvidia")
+        for name in os.listdir(next((venv / "lib").glob("python*")) / "site-packages")
+    )
