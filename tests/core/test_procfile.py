@@ -6,12 +6,15 @@ and step around the login throttle)."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.core.test_security_settings import PLATFORM, ROOT, production_env
 from tests.servers import free_port, stop
@@ -55,3 +58,46 @@ def test_the_procfiles_web_listens_on_loopback_only(tmp_path, bind_setting):
         assert listening(port) == {"0100007F"}  # 127.0.0.1, little-endian hex; nothing else
     finally:
         stop(proc)
+
+
+def normalized(command: list[str]) -> list[str]:
+    """A start command with what differs by design made equal: the program's directory, the
+    slots setting's syntax (shell, systemd, compose) and the data directory's path."""
+    words = [Path(command[0]).name, *command[1:]]
+    words = [re.sub(r"\$\{SWARM_CONTROL_SLOTS(:-16)?\}", "$SLOTS", word) for word in words]
+    return [re.sub(r"^(\$\{SWARM_DATA_DIR:-data\}|/srv/swarm/data)/", "$DATA/", word) for word in words]
+
+
+def test_procfile_systemd_and_compose_run_the_same_celery_commands():
+    procfile = dict(
+        line.split(": ", 1)
+        for line in (PLATFORM / "Procfile").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    units = {
+        name: next(
+            line.removeprefix("ExecStart=")
+            for line in (PLATFORM / "systemd" / f"swarm-celery-{unit}.service").read_text().splitlines()
+            if line.startswith("ExecStart=")
+        )
+        for name, unit in (("worker", "worker"), ("controls", "controls"), ("beat", "beat"))
+    }
+    services = yaml.safe_load((PLATFORM / "compose.yaml").read_text())["services"]
+    compose = {
+        "worker": services["celery-worker"]["command"],
+        "controls": services["celery-controls"]["command"],
+        "beat": services["celery-beat"]["command"],
+    }
+    for name in ("worker", "controls", "beat"):
+        shipped = normalized(shlex.split(procfile[name]))
+        assert normalized(shlex.split(units[name])) == shipped, name
+        assert normalized(compose[name]) == shipped, name
+    assert "--concurrency" in procfile["controls"] and "$SLOTS" in normalized(
+        shlex.split(procfile["controls"])
+    )
+    # The systemd unit's default for the slots is the settings' default.
+    controls_unit = (PLATFORM / "systemd" / "swarm-celery-controls.service").read_text()
+    assert (
+        "Environment=SWARM_CONTROL_SLOTS=16\n" in controls_unit
+        and "${SWARM_CONTROL_SLOTS:-16}" in procfile["controls"]
+    )
