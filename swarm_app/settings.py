@@ -1,4 +1,5 @@
-"""Settings for the Swarm coordinator, read from the environment.
+"""Settings for the Swarm coordinator, read from the environment. The module is long because it
+is the one place where every setting is declared, documented below and checked as it is read.
 
 One module serves both modes:
 
@@ -46,6 +47,11 @@ Environment variables (see platform/.env.example):
                      directory every machine serving the `controls` queue shares (default
                      <SWARM_DATA_DIR>/controls)
     SWARM_CONTROL_MAX_STARTS  a control whose node exits early this many times fails (default 5)
+    HEALTH_HEARTBEAT_SECONDS  how often beat sends the housekeeping heartbeat; /healthz/all says
+                     beat or the Celery worker is down after 3 periods + 10 s without it (default 30)
+    SWARM_CONTROL_SLOTS  threads of each `controls` queue worker (the shipped start commands pass it
+                     as --concurrency): controls that run at once (default 16; `check --deploy`
+                     warns below what the campaign form's default or a preset starts)
     SWARM_TRAINING_NICE  the niceness of every training process the coordinator, its Celery
                      workers or the demo start (default 10: below the coordinator's servers)
     DB_POOL          1/0: a psycopg connection pool per process on PostgreSQL (default 1);
@@ -55,21 +61,22 @@ Environment variables (see platform/.env.example):
     METRICS_ALLOWED_ADDRESSES  comma-separated addresses or networks (CIDR) whose requests
                      /metrics answers (default 127.0.0.1,::1); requests through the proxy
                      (X-Forwarded-For, Forwarded or X-Real-IP present) are always refused. A
-                     network that covers every address needs METRICS_TOKEN
+                     network that covers every address needs METRICS_TOKEN or METRICS_TOKEN_FILE
     METRICS_TOKEN    set: /metrics also needs "Authorization: Bearer <token>" (32+ characters)
+    METRICS_TOKEN_FILE  instead of METRICS_TOKEN: a file holding the token, read at each scrape
+                     (the file platform/prometheus.yml's credentials_file names, on Prometheus's
+                     host; `check --deploy` reports it missing or short)
     POOL_ARCHIVE_SECONDS  how often Celery beat moves rollouts no draw can reach out of the hot
                      pool table (swarm_app/coordinator/archive.py; default 300)
     POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
                      window (its node's metrics report reads it; default 3600)
     SWARM_PUBLIC_URL the coordinator's address as volunteers reach it (http(s)://host[:port]/),
-                     shown in the join line of the token pages (default unset: the address the
-                     organizer is browsing, with a warning)
+                     in the join command of the campaign and token pages and the /join.sh script
+                     (default unset: the address being browsed, with a warning)
     SWARM_VOLUNTEER_SIGNUP  1/0: anyone may sign up at /accounts/signup/ and make their own worker
                      tokens for open campaigns (default 1; swarm_app/volunteers/, docs/volunteers.md)
     SIGNUP_LIMIT     sign-up forms one client address may send within SIGNUP_WINDOW_SECONDS
                      (default 10); SIGNUP_WINDOW_SECONDS (default 3600)
-    SWARM_REPOSITORY_URL  the repository volunteers install the worker from, in the install line
-                     of a campaign's "Join this campaign" section (default <this repository>)
     PROMETHEUS_MULTIPROC_DIR  prometheus_client's multiprocess mode: a directory (created if
                      missing) where every process of the host keeps its counts, so that a scrape of
                      any of them reports all; one per host (PID namespace), set before the processes
@@ -365,6 +372,9 @@ CONTROL_URL = (
 )
 CONTROL_DATA_DIR = Path(os.environ.get("SWARM_CONTROL_DATA_DIR") or DATA_DIR / "controls")
 CONTROL_MAX_STARTS = int(os.environ.get("SWARM_CONTROL_MAX_STARTS", "5"))
+CONTROL_SLOTS = int(os.environ.get("SWARM_CONTROL_SLOTS", "16"))
+if CONTROL_SLOTS < 1:
+    raise ImproperlyConfigured(f"SWARM_CONTROL_SLOTS={CONTROL_SLOTS}: expected 1 or more")
 TRAINING_NICE = int(os.environ.get("SWARM_TRAINING_NICE", "10"))
 if not 0 <= TRAINING_NICE <= 19:
     raise ImproperlyConfigured(f"SWARM_TRAINING_NICE={TRAINING_NICE}: expected 0..19")
@@ -407,7 +417,16 @@ POOL_ARCHIVE_GRACE_SECONDS = env_seconds("POOL_ARCHIVE_GRACE_SECONDS", 3600, 0)
 # housekeeping keeps the default queue to itself.
 CELERY_TASK_ROUTES = {"campaigns.run_control": {"queue": "controls"}}
 
+# The housekeeping heartbeat (swarm_app/core/health.py): beat sends it this often; /healthz/all
+# reports beat or the default queue's workers down after three periods (plus 10 s) without it.
+HEALTH_HEARTBEAT_SECONDS = env_seconds("HEALTH_HEARTBEAT_SECONDS", 30, 1)
+
 CELERY_BEAT_SCHEDULE = {
+    "heartbeat": {
+        "task": "core.heartbeat",
+        "schedule": HEALTH_HEARTBEAT_SECONDS,
+        "options": {"expires": HEALTH_HEARTBEAT_SECONDS},
+    },
     "update-liveness": {"task": "coordinator.update_liveness", "schedule": 10.0},
     # Housekeeping that a busy worker runs late is dropped rather than run in a pile (expires).
     "requeue-offline-controls": {
@@ -473,10 +492,15 @@ if METRICS_TOKEN and (len(METRICS_TOKEN) < 32 or METRICS_TOKEN == EXAMPLE_SECRET
         "METRICS_TOKEN must be 32 or more characters without spaces; generate one with: "
         'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
     )
-if not METRICS_TOKEN and any(network.prefixlen == 0 for network in METRICS_ALLOWED_ADDRESSES):
+METRICS_TOKEN_FILE = os.environ.get("METRICS_TOKEN_FILE", "")
+if METRICS_TOKEN and METRICS_TOKEN_FILE:
+    raise ImproperlyConfigured("set METRICS_TOKEN or METRICS_TOKEN_FILE, not both")
+if not (METRICS_TOKEN or METRICS_TOKEN_FILE) and any(
+    network.prefixlen == 0 for network in METRICS_ALLOWED_ADDRESSES
+):
     raise ImproperlyConfigured(
-        "METRICS_ALLOWED_ADDRESSES covers every address: set METRICS_TOKEN too, or name the "
-        "scraper's address or network"
+        "METRICS_ALLOWED_ADDRESSES covers every address: set METRICS_TOKEN (or METRICS_TOKEN_FILE) "
+        "too, or name the scraper's address or network"
     )
 # Read by prometheus_client itself when it is imported (swarm_app/coordinator/telemetry.py);
 # checked here so that a wrong path stops the process at start, not at its first count.
@@ -530,7 +554,6 @@ AXES_LOCKOUT_TEMPLATE = "registration/lockout.html"
 SWARM_VOLUNTEER_SIGNUP = env_bool("SWARM_VOLUNTEER_SIGNUP", True)
 SIGNUP_LIMIT = int(os.environ.get("SIGNUP_LIMIT", "10"))
 SIGNUP_WINDOW_SECONDS = env_seconds("SIGNUP_WINDOW_SECONDS", 3600, 1)
-SWARM_REPOSITORY_URL = os.environ.get("SWARM_REPOSITORY_URL", "") or "<this repository>"
 
 LOGIN_URL = "/accounts/login/"
 # The header's links send ?next=<this page>; without one, login and logout land on the home page.
@@ -554,7 +577,7 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # router). /healthz stays reachable over plain http for the compose and local health checks, and
 # /metrics for a scraper on the private network (it never answers through the proxy).
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^healthz/all$", r"^metrics$"]
 # HSTS on https responses (Django sends it only on requests it sees as secure; nginx.conf sends
 # the same header for what it serves itself).
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if EMBEDDED else "31536000"))

@@ -6,6 +6,7 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from swarm_app.coordinator import scrape
+from swarm_app.core import join
 from swarm_app.core import views as core_views
 from swarm_app.web import views as campaign_views
 
@@ -15,6 +16,10 @@ urlpatterns = [
     # Volunteers: sign-up, their tokens, pages, leaderboards (swarm_app/volunteers/urls.py).
     path("", include("swarm_app.volunteers.urls")),
     path("healthz", core_views.healthz, name="healthz"),
+    path("healthz/all", core_views.healthz_all, name="healthz-all"),
+    # The volunteers' one command fetches these (swarm_app/core/join.py).
+    path(join.SCRIPT_PATH, core_views.join_script, name="join-script"),
+    path("join/<str:filename>", core_views.worker_wheel, name="worker-wheel"),
     # Prometheus's scrape, for operators only: refused through the proxy, from addresses outside
     # METRICS_ALLOWED_ADDRESSES and without METRICS_TOKEN when one is set (coordinator/scrape.py).
     path("metrics", scrape.metrics, name="metrics"),

@@ -6,3 +6,6 @@ class CoordinatorConfig(AppConfig):
 
     name = "swarm_app.coordinator"
     label = "coordinator"
+
+    def ready(self) -> None:
+        from swarm_app.coordinator import checks  # noqa: F401  (registers the metrics token file's check)

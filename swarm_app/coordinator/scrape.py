@@ -6,7 +6,8 @@ Who may scrape (settings, docs/deploy.md "Metrics"), checked in this order:
    proxy adds (``X-Forwarded-For``, ``Forwarded`` or ``X-Real-IP``; platform/nginx.conf sets
    ``X-Forwarded-For`` on every request it passes, and answers ``/metrics`` itself with 404);
 2. the peer's address must be in ``METRICS_ALLOWED_ADDRESSES`` (default loopback only), else 403;
-3. with ``METRICS_TOKEN`` set, ``Authorization: Bearer <token>`` must carry it, else 401.
+3. with ``METRICS_TOKEN`` (or ``METRICS_TOKEN_FILE``) set, ``Authorization: Bearer <token>`` must
+   carry it, else 401 (503 while the token file cannot be read).
 
 What it reports: the instruments of telemetry.py (every process of the host in multiprocess
 mode, else this process's), then what the database knows, read now, for campaigns that are not
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Iterator
+from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Count, Sum
@@ -35,8 +37,27 @@ from prometheus_client.registry import Collector
 from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator import telemetry
 from swarm_app.coordinator.models import PoolArchive, PoolRollout, WorkerNode
+from swarm_app.core import health
 
 PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def metrics_token() -> str:
+    """The bearer token a scrape must carry: METRICS_TOKEN, or METRICS_TOKEN_FILE's content (read
+    each time, so that a rotated file applies at once); empty: none. ValueError when the file
+    cannot be read or holds no valid token."""
+    if not settings.METRICS_TOKEN_FILE:
+        return settings.METRICS_TOKEN
+    try:
+        token = Path(settings.METRICS_TOKEN_FILE).read_text().strip()
+    except OSError as error:
+        raise ValueError(f"METRICS_TOKEN_FILE {settings.METRICS_TOKEN_FILE}: {error.strerror}") from None
+    if len(token) < 32 or any(character.isspace() for character in token):
+        raise ValueError(
+            f"METRICS_TOKEN_FILE {settings.METRICS_TOKEN_FILE}: not a token of 32 or more characters "
+            "without spaces"
+        )
+    return token
 
 
 def refusal(request: HttpRequest) -> HttpResponse | None:
@@ -49,12 +70,14 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
         return HttpResponse("/metrics: unknown client address\n", status=403)
     if not any(peer in network for network in settings.METRICS_ALLOWED_ADDRESSES):
         return HttpResponse("/metrics is not served to this address\n", status=403)
-    if settings.METRICS_TOKEN:
+    try:
+        expected = metrics_token()
+    except ValueError as error:
+        return HttpResponse(f"/metrics: {error}\n", status=503)
+    if expected:
         sent = request.META.get("HTTP_AUTHORIZATION", "")
         scheme, _, token = sent.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), settings.METRICS_TOKEN.encode()
-        ):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected.encode()):
             response = HttpResponse("/metrics needs its bearer token\n", status=401)
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
@@ -122,6 +145,20 @@ class DatabaseCollector(Collector):
         yield from (window, in_window, shared, archived, connected)
 
 
+class HealthCollector(Collector):
+    """/healthz/all's parts as gauges: 1 while a part answers, 0 while it does not."""
+
+    def collect(self) -> Iterator:
+        up = GaugeMetricFamily(
+            "swarm_part_up",
+            "1 while the part answers (database, redis, beat, celery_worker: /healthz/all), else 0",
+            labels=["part"],
+        )
+        for name, state in health.parts().items():
+            up.add_metric([name], 1 if state["ok"] else 0)
+        yield up
+
+
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
@@ -136,6 +173,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         processes = REGISTRY
     database = CollectorRegistry()
     database.register(DatabaseCollector())
+    database.register(HealthCollector())
     return HttpResponse(
         generate_latest(processes) + generate_latest(database), content_type=CONTENT_TYPE_LATEST
     )

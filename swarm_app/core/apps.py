@@ -6,3 +6,6 @@ class CoreConfig(AppConfig):
 
     name = "swarm_app.core"
     label = "core"
+
+    def ready(self) -> None:
+        from swarm_app.core import checks  # noqa: F401  (registers the deployment checks)

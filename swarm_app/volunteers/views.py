@@ -75,7 +75,7 @@ def me(request: HttpRequest) -> HttpResponse:
             except tokens.TokenError as error:
                 messages.error(request, str(error))
             else:
-                line = join.join_line(join.join_url(request), secret)
+                line = join.volunteer_command(join.join_url(request), secret)
                 messages.success(
                     request, f"Token {token.prefix}… created. Copy it now: it is not shown again."
                 )

@@ -27,7 +27,7 @@ from swarm_app.campaigns.rollups import refresh_rollups
 from swarm_app.coordinator import archive
 from swarm_app.coordinator.models import WorkerToken
 from swarm_app.coordinator.tokens import create_token, revoke
-from swarm_app.core import join
+from swarm_app.core import health, join
 from swarm_app.runs import lifecycle, local_workers
 from swarm_app.web import dashboard, run_info, series, status_tables
 from swarm_app.web.forms import CampaignForm, TokenForm, sizing_of, tasks_to_text
@@ -105,11 +105,13 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "allowed_actions": lifecycle.allowed_actions(campaign.state),
             "band": series.BAND,
             "agents": dashboard.agent_choices(campaign),
+            # Beat and the default queue's workers run completion, liveness and the dashboards.
+            "housekeeping_stopped": campaign.state == Campaign.State.RUNNING
+            and not health.housekeeping_running(),
             # "Join this campaign" (swarm_app/volunteers/): shown on open campaigns' pages.
             "join": {
                 "open": campaign.public and campaign.volunteer_access == Campaign.VolunteerAccess.OPEN,
-                "install_line": join.install_line(),
-                "join_line": join.join_line(join.join_url(request), "<your token>"),
+                "command": join.volunteer_command(join.join_url(request), "<your token>"),
                 "public_url_set": join.public_url_set(),
                 "signup": settings.SWARM_VOLUNTEER_SIGNUP,
             },
@@ -226,7 +228,7 @@ def campaign_tokens(request: HttpRequest, pk: int) -> HttpResponse:
             "secret": secret,
             # The address volunteers reach, from the setting; the browsing host only as a
             # fallback the page warns about (an organizer may browse a loopback or private name).
-            "join_url": join.join_url(request),
+            "join_command": join.volunteer_command(join.join_url(request), secret) if secret else "",
             "public_url_set": join.public_url_set(),
             # Volunteers' own tokens: the invite link of an invite-only campaign (swarm_app/volunteers/).
             "invite_link": join.absolute(

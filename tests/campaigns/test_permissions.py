@@ -121,11 +121,14 @@ def test_the_join_line_names_the_public_address_never_the_browsing_host(staff, s
     url = reverse("campaign-tokens", args=[campaign.pk])
     settings.SWARM_PUBLIC_URL = public_url("https://swarm.example:8443")
     page = staff.post(url, {"label": "a"}, HTTP_HOST="127.0.0.1:18600").content.decode()
-    assert "swarm-worker join https://swarm.example:8443/</pre>" in page
+    assert "curl -fsSL https://swarm.example:8443/join.sh | sh -s -- --token swt_" in page
     assert "127.0.0.1:18600" not in page and 'id="join-url-warning"' not in page
     settings.SWARM_PUBLIC_URL = ""
     page = staff.post(url, {"label": "b"}, HTTP_HOST="127.0.0.1").content.decode()
-    assert "swarm-worker join http://127.0.0.1/</pre>" in page and 'id="join-url-warning"' in page
+    assert (
+        "curl -fsSL http://127.0.0.1/join.sh | sh -s -- --token swt_" in page
+        and 'id="join-url-warning"' in page
+    )
     assert public_url("") == "" and public_url(" http://10.0.0.5:8000 ") == "http://10.0.0.5:8000/"
     for bad in ("swarm.example", "ftp://swarm.example/", "https:///path", "https://swarm.example/?a=1"):
         with pytest.raises(ImproperlyConfigured, match="SWARM_PUBLIC_URL"):

@@ -28,6 +28,7 @@ CHECK = "python manage.py check --deploy --fail-level WARNING"
 # What the settings read: nothing of the environment the tests run in leaks into these runs.
 BASE_ENV = {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1", "LOG_LEVEL": "WARNING"}
 STRONG_KEY = secrets.token_urlsafe(50)
+HOST = "swarm.volunteers.test"
 
 
 def env_example() -> dict[str, str]:
@@ -41,8 +42,11 @@ def env_example() -> dict[str, str]:
 
 def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """platform/.env.example filled as docs/deploy.md says: secrets generated, the CHANGE_ME
-    password replaced; the data and static paths moved to a writable place (compose sets them)."""
-    env = {**BASE_ENV, **env_example()}
+    password replaced, swarm.example.org replaced by the host's name; the data and static paths
+    moved to a writable place (compose sets them)."""
+    env = {
+        key: value.replace("swarm.example.org", HOST) for key, value in {**BASE_ENV, **env_example()}.items()
+    }
     password = secrets.token_hex(24)
     env["POSTGRES_PASSWORD"] = password
     env["SECRET_KEY"] = STRONG_KEY
@@ -68,7 +72,7 @@ def read_settings(env: dict[str, str], *names: str) -> subprocess.CompletedProce
 
 def test_check_deploy_passes_with_the_shipped_production_settings(tmp_path):
     env = production_env(tmp_path)
-    assert "CHANGE_ME" not in "".join(env.values())
+    assert "CHANGE_ME" not in "".join(env.values()) and "example" not in "".join(env.values())
     result = run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout, result.stdout

@@ -55,11 +55,12 @@ def test_a_volunteer_signs_up_joins_earns_credit_and_revokes(site, page, tiny_1m
         name="volunteers welcome", state=Campaign.State.RUNNING, config=config.to_json()
     )
 
-    # The campaign's page, anonymous: how to join, with the install line and a copy button.
+    # The campaign's page, anonymous: how to join, with the one command and a copy button.
     page.goto(f"{site}{campaign.get_absolute_url()}")
     assert page.is_visible("#join")
-    assert page.inner_text("#install-line").startswith("pip install 'swarm-sapo[worker] @ git+")
-    assert page.is_visible("button[data-copy=install-line]")
+    command = f"curl -fsSL {site}/join.sh | sh -s -- --token <your token>"
+    assert page.inner_text("#join-campaign-line").strip() == command
+    assert page.is_visible("button[data-copy=join-campaign-line]")
     page.click("#join a:text('Sign up')")
 
     # Sign up: logged in, on My tokens.
@@ -71,22 +72,29 @@ def test_a_volunteer_signs_up_joins_earns_credit_and_revokes(site, page, tiny_1m
     page.wait_for_url("**/me/")
     assert page.inner_text("#display-name") == "Grace H"
 
-    # A token for the campaign, shown once with the exact join line and a copy button.
+    # A token for the campaign, shown once with the exact join command and a copy button.
     page.select_option("#id_campaign", str(campaign.pk))
     page.fill("#id_name", "test laptop")
     page.click("#create-token")
     line = page.inner_text("#join-line").strip()
     secret = page.inner_text("#token-secret").strip()
-    assert line == f"swarm-worker join {site}/ --token {secret}" and secret.startswith("swt_")
+    assert line == f"curl -fsSL {site}/join.sh | sh -s -- --token {secret}" and secret.startswith("swt_")
     assert page.is_visible("button[data-copy=join-line]")
     page.click("button[data-copy=join-line]")  # selects (plain http) or copies the line; no error
 
-    # Start the worker with that line's arguments.
+    # Start the worker with that command's arguments (tests/system/test_join_command.py runs the
+    # command itself in a fresh virtual environment).
     args = shlex.split(line)
-    assert args[:2] == ["swarm-worker", "join"] and args[3] == "--token"
+    assert args[-2] == "--token"
     log = tmp_path / "worker.log"
     worker = worker_process(
-        args[2], "", tmp_path / "worker", log, "--token", args[4], SWARM_MODEL_CACHE=str(tiny_1m_dir.parent)
+        f"{site}/",
+        "",
+        tmp_path / "worker",
+        log,
+        "--token",
+        args[-1],
+        SWARM_MODEL_CACHE=str(tiny_1m_dir.parent),
     )
     try:
         volunteer = Volunteer.objects.get(display_name="Grace H")

@@ -198,7 +198,9 @@ def test_a_volunteer_makes_names_and_revokes_their_own_tokens(volunteer):
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     secret = re.search(r'<pre id="token-secret">(swt_[\w-]+)</pre>', page).group(1)
     # The exact join line, with the address from join.join_url (the browsing host here, warned about).
-    assert f'<pre id="join-line">swarm-worker join http://testserver/ --token {secret}</pre>' in page
+    assert (
+        f'<pre id="join-line">curl -fsSL http://testserver/join.sh | sh -s -- --token {secret}</pre>' in page
+    )
     assert 'data-copy="join-line"' in page and 'id="join-url-warning"' in page
     token = WorkerToken.objects.get(token_hash=digest(secret))
     assert (token.owner, token.label, token.campaign) == (volunteer.user, "laptop", campaign)
@@ -239,7 +241,9 @@ def test_concurrent_token_requests_stop_at_the_cap(volunteer):
 @override_settings(SWARM_PUBLIC_URL="https://swarm.example/")
 def test_the_join_line_uses_the_public_address(volunteer):
     page = create_token(logged_in(volunteer), make_campaign()).content.decode()
-    assert re.search(r'<pre id="join-line">swarm-worker join https://swarm.example/ --token swt_', page)
+    assert re.search(
+        r'<pre id="join-line">curl -fsSL https://swarm.example/join.sh \| sh -s -- --token swt_', page
+    )
     assert 'id="join-url-warning"' not in page
 
 
@@ -323,12 +327,11 @@ def test_the_join_section_of_an_open_campaign(db, state):
     campaign = make_campaign(state=state)
     page = Client().get(campaign.get_absolute_url()).content.decode()
     assert 'id="join"' in page
-    assert '<pre id="install-line">pip install &#x27;swarm-sapo[worker] @ git+' in page
     assert (
-        '<pre id="join-campaign-line">swarm-worker join http://testserver/ --token &lt;your token&gt;</pre>'
+        '<pre id="join-campaign-line">curl -fsSL http://testserver/join.sh | sh -s -- --token &lt;your token&gt;</pre>'
         in page
     )
     assert 'id="join-state-warning"' in page and f"This campaign is {state}" in page
-    assert 'data-copy="install-line"' in page and 'data-copy="join-campaign-line"' in page
+    assert 'data-copy="join-campaign-line"' in page
     invite_only = make_campaign("invite", volunteer_access=Campaign.VolunteerAccess.INVITE)
     assert 'id="join"' not in Client().get(invite_only.get_absolute_url()).content.decode()

@@ -233,6 +233,8 @@ def cmd_join(args: argparse.Namespace) -> int:
         return 0
     except FatalError as error:
         print(f"swarm-worker: cannot continue: {error}", file=sys.stderr)
+        if error.what_to_do:
+            print(f"swarm-worker: what to do: {error.what_to_do}", file=sys.stderr)
         return 2
     except (ClientError, IdentityError, ValueError) as error:
         print(f"swarm-worker: error: {error}", file=sys.stderr)

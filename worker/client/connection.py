@@ -375,7 +375,7 @@ class Connection:
                 if error.path.startswith("campaign.config"):  # a newer coordinator's settings
                     raise FatalError(
                         "unsupported_campaign",
-                        f"this worker cannot read the campaign's settings ({error.message}); upgrade it",
+                        f"this worker cannot read the campaign's settings ({error.message})",
                     ) from None
                 log.warning("ignoring a malformed message from the coordinator: %s", error)
                 continue

@@ -38,6 +38,21 @@ REJECTED_CODES = frozenset(
 CLOSE_CODES_FATAL = {4001: ErrorCode.INVALID_TOKEN, 4003: ErrorCode.BANNED}
 
 
+RUN_THE_JOIN_COMMAND_AGAIN = (
+    "run the join command from the campaign's page again: it installs the coordinator's own worker"
+)
+# What a volunteer can do about each refusal (`swarm-worker join` prints it under the error).
+WHAT_TO_DO = {
+    ErrorCode.INVALID_TOKEN: "copy the token again from the page that showed it, or make a new one "
+    "on My tokens (/me/) or ask the organizer for one",
+    ErrorCode.TOKEN_REVOKED: "make a new token on My tokens (/me/), or ask the organizer for one",
+    ErrorCode.UNSUPPORTED_VERSION: f"this worker speaks another protocol version: {RUN_THE_JOIN_COMMAND_AGAIN}",
+    "unsupported_campaign": f"this worker is older than the campaign: {RUN_THE_JOIN_COMMAND_AGAIN}",
+    ErrorCode.BANNED: "this node's submissions failed verification; ask the organizer",
+    "invalid_url": "give the coordinator's address as its pages show it, e.g. https://swarm.example.org/",
+}
+
+
 class ClientError(RuntimeError):
     """Base of the client's errors."""
 
@@ -52,6 +67,11 @@ class FatalError(ClientError):
         super().__init__(f"{message} ({code})")
         self.code = str(code)
         self.message = message
+
+    @property
+    def what_to_do(self) -> str:
+        """What the volunteer can do about it (empty where nothing is known to help)."""
+        return WHAT_TO_DO.get(self.code, "")
 
 
 class SubmissionRejected(FatalError):

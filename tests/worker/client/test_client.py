@@ -35,7 +35,7 @@ from websockets.exceptions import ConnectionClosed
 from tests.wsclient import frame
 from worker.client.address import normalise_url
 from worker.client.backoff import Backoff
-from worker.client.errors import CampaignFinished, FatalError, LeaseLost, SubmissionRejected
+from worker.client.errors import FATAL_CODES, CampaignFinished, FatalError, LeaseLost, SubmissionRejected
 from worker.client.identity import (
     IdentityError,
     checkpoint_path,
@@ -651,10 +651,11 @@ def test_a_campaign_this_worker_cannot_read_stops_it_with_the_reason() -> None:
         return True
 
     with FakeCoordinator(on_message=newer_settings) as fake, transport_for(fake) as transport:
-        with pytest.raises(FatalError, match=r"cannot read the campaign's settings.*upgrade it") as stopped:
+        with pytest.raises(FatalError, match=r"cannot read the campaign's settings") as stopped:
             transport.start(timeout=10)
         assert stopped.value.code == "unsupported_campaign"
         assert "a_setting_from_the_future" in str(stopped.value)
+        assert "join command" in stopped.value.what_to_do
 
 
 def test_a_fatal_error_on_a_request_stops_the_transport() -> None:
@@ -913,7 +914,14 @@ def test_join_with_a_refused_token_exits_2(
     with FakeCoordinator(hello_error="invalid_token") as fake:
         code = main(["join", fake.url, "--token", "nope", "--data-dir", str(tmp_path), "--no-status"])
     assert code == 2
-    assert "cannot continue" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot continue" in err and "what to do: copy the token again" in err
+
+
+@pytest.mark.parametrize("code", sorted(FATAL_CODES | {"unsupported_campaign", "invalid_url"}))
+def test_every_refusal_says_what_to_do(code: str) -> None:
+    assert FatalError(code, "refused").what_to_do
+    assert "join command" in FatalError("unsupported_campaign", "refused").what_to_do
 
 
 @pytest.mark.timeout(300)
