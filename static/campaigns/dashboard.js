@@ -697,6 +697,9 @@
   function renderState(campaignState, reason) {
     state.campaignState = campaignState;
     renderStatus();
+    // The housekeeping warning matters only while the campaign runs (the server renders it then).
+    const housekeeping = document.getElementById("housekeeping-warning");
+    if (housekeeping) housekeeping.hidden = campaignState !== "running";
     const badge = document.getElementById("state");
     badge.textContent = campaignState;
     badge.className = "state state-" + campaignState;

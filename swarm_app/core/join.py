@@ -79,9 +79,19 @@ def service_install_command(coordinator: str) -> str:
     return join_command(coordinator, f"--venv {UNIT_VENV} --install-only")
 
 
+def installed_distribution() -> importlib.metadata.Distribution:
+    """The project's installed metadata: its dist-info. An editable install's build also leaves
+    an egg-info in the checkout, which comes first on sys.path where the checkout is the working
+    directory (the tests, a fresh clone) and has no METADATA file: passed over."""
+    found = list(importlib.metadata.distributions(name=DISTRIBUTION))
+    if not found:
+        raise importlib.metadata.PackageNotFoundError(DISTRIBUTION)
+    return next((d for d in found if d.read_text("METADATA")), found[0])
+
+
 def torch_version() -> str:
     """The worker extra's torch pin (pyproject.toml), read from the installed metadata."""
-    for requirement in importlib.metadata.requires(DISTRIBUTION) or []:
+    for requirement in installed_distribution().requires or []:
         pin = re.fullmatch(r'torch==([\w.]+)\s*;\s*extra\s*==\s*"worker"', requirement)
         if pin:
             return pin.group(1)
@@ -106,7 +116,7 @@ def worker_wheel() -> Wheel:
     models) with the project's metadata (requirements, extras, the ``swarm-worker`` command).
     Built once per process, in memory, from the installed files: no build tool needed; the
     coordinator's own ``swarm_app`` is left out (the worker never imports it)."""
-    distribution = importlib.metadata.distribution(DISTRIBUTION)
+    distribution = installed_distribution()
     version = distribution.version
     dist_info = f"swarm_sapo-{version}.dist-info"
     package = Path(worker.__file__).parent
@@ -115,7 +125,7 @@ def worker_wheel() -> Wheel:
         for path in sorted(package.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     ]
-    metadata = distribution.read_text("METADATA") or ""
+    metadata = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO") or ""
     files += [
         (f"{dist_info}/METADATA", metadata.encode()),
         (
