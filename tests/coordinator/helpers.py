@@ -11,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, RoundMetrics
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode, WorkerToken
 from swarm_app.coordinator.tokens import create_token
 from tests.wsclient import RawSession
 from worker.shared.questions import QuestionRef, TaskMix
@@ -109,22 +109,32 @@ def expect_error(reply: dict, code: str, words: str = "") -> None:
     assert words.lower() in reply["message"].lower(), reply
 
 
+def node_with_lease(
+    campaign: Campaign, token: WorkerToken, node_id: str, lease_id: str, replicate: int = 0
+) -> tuple[WorkerNode, Lease]:
+    """A tiny-1m node of ``campaign`` and a submitted lease its pool rows can point to."""
+    node = WorkerNode.objects.create(
+        campaign=campaign, node_id=node_id, token=token, tier="tiny-1m", replicate=replicate
+    )
+    lease = Lease.objects.create(
+        lease_id=lease_id,
+        campaign=campaign,
+        node=node,
+        round=0,
+        questions=[],
+        deadline=timezone.now(),
+        state=Lease.State.SUBMITTED,
+    )
+    return node, lease
+
+
 def make_pool(campaign: Campaign, nodes: int, per_node: int) -> list[WorkerNode]:
     """``nodes`` nodes with ``per_node`` rollouts each; every third rollout has zero advantage."""
     token, _ = create_token(campaign)
     created = []
     sequence = 0
     for n in range(nodes):
-        node = WorkerNode.objects.create(campaign=campaign, node_id=f"n{n}", token=token, tier="tiny-1m")
-        lease = Lease.objects.create(
-            lease_id=f"l{n}",
-            campaign=campaign,
-            node=node,
-            round=0,
-            questions=[],
-            deadline=timezone.now(),
-            state=Lease.State.SUBMITTED,
-        )
+        node, lease = node_with_lease(campaign, token, f"n{n}", f"l{n}")
         rows = []
         for i in range(per_node):
             sequence += 1

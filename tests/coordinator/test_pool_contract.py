@@ -25,12 +25,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign
-from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
+from swarm_app.coordinator.models import PoolRollout, WorkerNode
 from swarm_app.coordinator.pool import sample_external
 from swarm_app.coordinator.tokens import create_token
+from tests.coordinator.helpers import node_with_lease
 from worker.engine.transport import RolloutPool
 from worker.shared.campaign import CampaignConfig
 from worker.shared.questions import QuestionRef
@@ -72,23 +72,8 @@ def coordinator_pool(
     for rollout, replicate in arrivals:
         key = (rollout.agent_id, replicate)
         if key not in nodes:
-            node = WorkerNode.objects.create(
-                campaign=campaign,
-                node_id=f"{rollout.agent_id}{replicate}",
-                token=token,
-                tier="tiny-1m",
-                replicate=replicate,
-            )
-            lease = Lease.objects.create(
-                lease_id=f"lease-{node.node_id}",
-                campaign=campaign,
-                node=node,
-                round=0,
-                questions=[],
-                deadline=timezone.now(),
-                state=Lease.State.SUBMITTED,
-            )
-            nodes[key] = (node, lease)
+            node_id = f"{rollout.agent_id}{replicate}"
+            nodes[key] = node_with_lease(campaign, token, node_id, f"lease-{node_id}", replicate)
     PoolRollout.objects.bulk_create(
         PoolRollout(
             campaign=campaign,
