@@ -72,7 +72,14 @@ def cmd_study(args: argparse.Namespace) -> int:
             f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
             flush=True,
         )
-        run_study(config, out, jobs=jobs, verbose=args.verbose, log=lambda m: print(m, flush=True))
+        run_study(
+            config,
+            out,
+            jobs=jobs,
+            verbose=args.verbose,
+            log=lambda m: print(m, flush=True),
+            allow_dirty=args.allow_dirty or args.quick,
+        )
     except StudyError as error:
         print(f"swarm-worker study: {error}", file=sys.stderr)
         return 2
@@ -161,7 +168,8 @@ def add_parsers(sub: Any) -> None:
         "--design",
         choices=DESIGNS,
         default=None,
-        help=f"the study's design: v3 (issue #29: 4/4@B4, backfill; pre-registered 4/4@B4 vs 8/0; "
+        help=f"the study's design: v4 (issue #49: one control per question, held-out accuracy; "
+        f"{DESIGN_OUT['v4']}), v3 (issue #29: 4/4@B4, backfill; pre-registered 4/4@B4 vs 8/0; "
         f"{DESIGN_OUT['v3']}) or v2 (issue #18: 4/4 vs 4/4-self; {DESIGN_OUT['v2']}); default "
         f"{DEFAULT_DESIGN}",
     )
@@ -204,6 +212,12 @@ def add_parsers(sub: Any) -> None:
         type=int,
         default=None,
         help=f"processes, one torch thread each (default: min(2, CPUs), {DEFAULT_JOBS} here; --quick 1)",
+    )
+    study.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run from a tree with uncommitted changes to tracked files (each cell then records a "
+        "SHA-256 of the diff); without it a full run refuses, so every cell's commit is its code",
     )
     study.add_argument("-v", "--verbose", action="store_true", help="a line per round")
     study.set_defaults(func=cmd_study)

@@ -99,7 +99,7 @@ class Swarm:
             {
                 key: RolloutPool(window)
                 for key, window in pool_windows(
-                    config.agent_tiers(), config.pool_window, config.pool_per_tier
+                    config.agent_tiers(), arm.pool_window or config.pool_window, config.pool_per_tier
                 ).items()
             }
             if arm.shares
@@ -207,16 +207,25 @@ def run_arm(
     checkpoint_dir: Path | None = None,
     on_round: Callable[[Arm, int, list[dict[str, float]]], None] | None = None,
     log=print,
+    observe: Callable[[Swarm], None] | None = None,
 ) -> dict:
-    """Run one arm to ``config.rounds``; resumes from ``checkpoint_dir`` when it holds one."""
+    """Run one arm to ``config.rounds``; resumes from ``checkpoint_dir`` when it holds one.
+
+    ``observe(swarm)`` runs before the first round and after every round (a study's held-out
+    evaluation, worker/research/held_out.py); it must leave the agents and every RNG as it found
+    them."""
     torch.manual_seed(config.seed)
     swarm = Swarm(config, arm, cache_dir, log=log)
     if checkpoint_dir is not None and swarm.load(checkpoint_dir):
         log(f"{arm.name}: resumed at round {swarm.round}")
+    if observe and swarm.round == 0:
+        observe(swarm)
     while swarm.round < config.rounds:
         metrics = swarm.run_round()
         if on_round:
             on_round(arm, swarm.round, metrics)
+        if observe:
+            observe(swarm)
         if (
             checkpoint_dir is not None
             and config.checkpoint_every

@@ -1,6 +1,63 @@
-"""The SAPO table at CPU scale (issues #8, #18 and #29): the study's design, settings and results file.
+"""The SAPO table at CPU scale (issues #8, #18, #29 and #49): the study's design, settings and results file.
 
-**Design v3 (issue #29, the default; pre-registered here before any of its data).** The v2
+Long because it holds the pre-registration of four designs (v1 to v4), each fixed in a commit
+before its data, and the one settings class the runner, the analysis and the CLI share.
+
+**Design v4 (issue #49, the default; pre-registered here before any of its data).** v3 answered
+with comparisons that each changed several things at once. v4 adds one control per question,
+each differing from the arm it controls in one thing (worker/shared/arms.py), at v3's settings
+(tiny-1m, 8 agents, 45 rounds, B = 8, G = 8, 16 tokens, learning rate 1e-4, pool window 256) on
+v3's 10 seeds, paired by seed with v3's cells:
+
+* ``4/0@B4``: 4/4@B4 without its J (generate 4, train on the informative ones of those 4);
+* ``4/4@B4-age``: 4/4@B4 with a pool window of 128 rollouts, the 4 rounds that 4/4's 256 span
+  (4/4@B4 generates half as much, so 256 rollouts spanned 8 rounds: its external groups were 3.15
+  rounds old against 4/4's 1.42 in v3). Predicted age, before the data: about 1.4 rounds;
+* ``backfill-self``: backfill filling from the agent's own last 20 groups instead of the pool.
+  The window is fixed by arithmetic, before the data: backfill trains on every informative own
+  group of the round, so the round's remaining own groups are uninformative and the fill comes
+  from earlier rounds; with W own groups in the window (8 a round) the candidates are the
+  informative groups of the last (W - 8) / 8 rounds, and W = 20 gives an expected age of
+  1 + 4/12 = 1.33 rounds, W = 24 gives 1.5, against backfill's 1.39 in v3 (a pool also offers
+  other agents' groups of the same round, which no self-replay can). The measured ages are
+  reported beside the comparison;
+* ``4/4-is`` on all 10 seeds (v3 ran 6: those 6 were seen, as exploratory data, before this
+  design; the report says so beside the row).
+
+**Pre-registered primary family (v4), Holm over these four only** (:data:`V4_FAMILY`), on
+cumulative training reward (v3's measure), two-sided exact sign-flip test over 10 seeds:
+
+1. ``4/4@B4 - 4/0@B4``: does sharing add reward at matched generation?
+2. ``4/4@B4-age - 8/0``: with its pool as young in rounds as 4/4's, does the paper's 4/4 still
+   lose to 8/0 (is v3's primary loss staleness)?
+3. ``backfill - backfill-self``: is backfill's gain other agents' data, or filling from any
+   recent informative groups?
+4. ``4/4-is - 8/0``: confirm or drop v3's exploratory importance-correction gain.
+
+**Pre-registered held-out family (v4), Holm over its four only** (:data:`V4_HELD_OUT_FAMILY`):
+the same four comparisons on held-out accuracy (exact-correct share) at the last point (round
+45), worker/research/held_out.py: a fixed evaluation set of 64 questions per task per seed from
+seeds no training stream reaches, greedy answers, at rounds 0, 15, 30 and 45 of every cell; the
+report says, per comparison, whether its sign on held-out accuracy agrees with its sign on
+training reward. Held-out graded reward is reported beside it, not tested.
+
+**Exploratory (unadjusted; hypotheses, never findings)** (:data:`V4_EXPLORATORY`): 4/4@B4-age -
+4/4@B4 (the staleness effect itself), 4/0@B4 - 8/0 (half the generation), backfill-self - 8/0,
+4/4@B4 - 8/0 and backfill - 8/0 (v3's family, re-measured), the windows of every comparison; and
+the mechanism: divergence between agents' policies and drift from the initial one (mean KL on
+the evaluation prompts, held_out.py), the importance weights of 4/4-is
+(``sampling/external_importance_sampling_ratio/*``), the informative share of own and external
+groups per round.
+
+**Cells.** Every v4 arm runs on every seed (70 cells), each with its held-out evaluation. 8/0,
+4/4@B4, backfill and 4/4-is are reruns of v3's cells (needed for held-out accuracy, which v3
+did not keep): the simulator is deterministic, so each rerun's training-reward curve must equal
+v3's to the last digit, and the report checks every one. New cells run first (4/0@B4,
+4/4@B4-age, backfill-self, then 4/4-is on seeds 6-9: the primary family's training reward is
+answerable from them and v3's cells), then the reruns. Every cell records its provenance (the
+commit, a hash of any uncommitted diff, the model's SHA-256, start and end; kept across resumes).
+
+**Design v3 (issue #29, ``--design v3``; pre-registered here before any of its data).** The v2
 study (below) answered a different question from the paper's: every arm generated B = 8
 questions a round, so its 4/4 trained on 4 of its own 8 and threw the rest away. In the SAPO
 reference code (Gensyn's rl-swarm reasoning-gym experiment) I is the number of questions a node
@@ -89,6 +146,7 @@ from worker.shared.arms import (
     pool_share_window,
     sapo_table_arms,
     study_v3_arms,
+    study_v4_arms,
     with_questions,
 )
 
@@ -111,6 +169,10 @@ ARM_ORDER = [
     "backfill",
     "4/4-decay",
     "4/4-is",
+    # issue #49 (design v4)
+    "4/0@B4",
+    "4/4@B4-age",
+    "backfill-self",
 ]
 ARM_NAMES = list(ARM_ORDER)  # and any of them at another B: ``<name>@B<n>``
 # v2 (issue #18): at full strength (every seed); the others run on the first other_seeds seeds.
@@ -164,9 +226,38 @@ V3_COMPARISONS = V3_FAMILY + V3_EXPLORATORY
 # first other_seeds seeds.
 V3_REQUIRED_ARMS = ["8/0", "4/4@B4", "backfill", "8/0-dyn"]
 V3_DEFAULT_ARMS = ["8/0", "4/4", "4/4-self", "8/0-dyn", "4/4@B4", "backfill", "4/4-decay", "4/4-is"]
+# --- design v4 (issue #49): pre-registered before any of its data -------------------------------
+V4_FAMILY = [
+    ("4/4@B4", "4/0@B4"),  # does sharing add reward at matched generation?
+    ("4/4@B4-age", "8/0"),  # the paper's 4/4 with 4/4's pool age in rounds: is v3's loss staleness?
+    ("backfill", "backfill-self"),  # is backfill's gain other agents' data?
+    ("4/4-is", "8/0"),  # confirm or drop v3's exploratory importance-correction gain
+]
+V4_PRIMARY = V4_FAMILY[0]
+# The same comparisons on held-out accuracy at the last point: a family of its own (Holm over 4).
+V4_HELD_OUT_FAMILY = list(V4_FAMILY)
+V4_EXPLORATORY = [
+    ("4/4@B4-age", "4/4@B4"),
+    ("4/0@B4", "8/0"),
+    ("backfill-self", "8/0"),
+    ("4/4@B4", "8/0"),
+    ("backfill", "8/0"),
+]
+V4_COMPARISONS = V4_FAMILY + V4_EXPLORATORY
+# Run order: the new cells first (the primary family's training reward is answerable from them and
+# v3's cells), then the reruns of v3's cells with held-out evaluation.
+V4_NEW_ARMS = ["4/0@B4", "4/4@B4-age", "backfill-self"]
+V4_RERUN_ARMS = ["4/4-is", "8/0", "4/4@B4", "backfill"]
+V4_DEFAULT_ARMS = V4_NEW_ARMS + V4_RERUN_ARMS
+V4_SEEN_SEEDS = {"4/4-is": 6}  # v3 ran 4/4-is on its first 6 seeds: exploratory data seen before v4
+V4_BACKFILL_SELF_WINDOW = 20  # own groups (the docstring's arithmetic: expected age 1.33 rounds)
+V4_HELD_OUT_POINTS = [0, 15, 30, 45]  # rounds done; scaled to the horizon when rounds != 45
+V4_HELD_OUT_PER_TASK = 64
+# What --quick runs per design.
+QUICK_ARMS = {"v2": ARM_ORDER[:8], "v3": ARM_ORDER[:12], "v4": V4_DEFAULT_ARMS}
 WINDOWS = 3  # exploratory time course: the horizon in thirds
-DESIGNS = ("v2", "v3")
-DEFAULT_DESIGN = "v3"
+DESIGNS = ("v2", "v3", "v4")
+DEFAULT_DESIGN = "v4"
 # The old design's (issue #8) primary and comparisons (its Holm family: all of them), to read
 # its results file as its report did.
 OLD_PRIMARY = ("4/4", "8/0-filtered")
@@ -206,11 +297,20 @@ MECHANISM_METRICS = [
     "grad_norm_clipped",
     "generation/questions",
     "completions/mean_length",
+    # issue #49: the informative share by source, and the importance weights of 4/4-is
+    "batch/local_informative",
+    "batch/external_informative",
+    "sampling/external_importance_sampling_ratio/mean",
+    "sampling/external_importance_sampling_ratio/min",
+    "sampling/external_importance_sampling_ratio/max",
+    "sampling/external_importance_sampling_truncated",
+    "sampling/external_logp_difference/mean",
 ]
 V2_OUT = Path("docs/experiments/sapo-table-cpu.json")
 V3_OUT = Path("docs/experiments/sapo-table-cpu-v3.json")
-DEFAULT_OUT = V3_OUT  # the default design's
-DESIGN_OUT = {"v2": V2_OUT, "v3": V3_OUT}
+V4_OUT = Path("docs/experiments/sapo-table-cpu-v4.json")
+DEFAULT_OUT = V4_OUT  # the default design's
+DESIGN_OUT = {"v2": V2_OUT, "v3": V3_OUT, "v4": V4_OUT}
 QUICK_OUT = Path(tempfile.gettempdir()) / "swarm-study-quick" / "sapo-table-cpu.json"
 CUMULATIVE_DEFINITION = (
     "sum over rounds of the per-round mean reward over the agents (each agent's reward: mean verified "
@@ -258,8 +358,13 @@ class StudyConfig:
     # 4/4-self's window in groups: the pool's window over the agents (same age of rollouts)
     self_window: int | None = None
     max_questions: int | None = None  # 8/0-dyn's cap; None: 2 max(B, 8) (16 at B = 8)
-    design: str = DEFAULT_DESIGN  # "v3" (issue #29) or "v2" (issue #18): family and defaults
+    design: str = DEFAULT_DESIGN  # "v4" (issue #49), "v3" (issue #29) or "v2" (issue #18)
     decay_rounds: int = DEFAULT_DECAY_ROUNDS  # 4/4-decay's T (v3)
+    backfill_self_window: int = V4_BACKFILL_SELF_WINDOW  # backfill-self's window in own groups (v4)
+    # held-out evaluation (v4, worker/research/held_out.py): rounds done at which every agent is
+    # evaluated (None: the design's, scaled to the horizon) and questions per task
+    held_out_points: list[int] | None = None
+    held_out_per_task: int = V4_HELD_OUT_PER_TASK
 
     @classmethod
     def quick_config(cls, design: str = DEFAULT_DESIGN) -> StudyConfig:
@@ -272,15 +377,22 @@ class StudyConfig:
             max_new_tokens=4,
             quick=True,
             other_seeds=None,
-            arms=list(ARM_ORDER if design == "v3" else ARM_ORDER[:8]),
+            arms=list(QUICK_ARMS[design]),
             design=design,
+            held_out_per_task=4,
         )
 
     def __post_init__(self) -> None:
         if self.design not in DESIGNS:
             raise StudyError(f"unknown design {self.design!r}; designs: {', '.join(DESIGNS)}")
         if self.arms is None:
-            self.arms = list(V3_DEFAULT_ARMS if self.design == "v3" else DEFAULT_ARMS)
+            self.arms = list({"v2": DEFAULT_ARMS, "v3": V3_DEFAULT_ARMS, "v4": V4_DEFAULT_ARMS}[self.design])
+        if self.design == "v4" and self.held_out_points is None:
+            self.held_out_points = sorted({round(p * self.rounds / 45) for p in V4_HELD_OUT_POINTS})
+        if self.held_out_points and not all(0 <= p <= self.rounds for p in self.held_out_points):
+            raise StudyError(f"held_out_points must lie in 0..{self.rounds}, got {self.held_out_points}")
+        if self.held_out_per_task < 1:
+            raise StudyError("held_out_per_task must be >= 1")
         if self.questions_per_round < 1:
             raise StudyError("questions_per_round (B) must be at least 1")
         if self.self_window is None:
@@ -307,8 +419,19 @@ class StudyConfig:
                 ) from None
 
     def arm(self, name: str) -> Arm:
-        """The arm ``name`` as this study runs it (its window, cap, T and B)."""
-        return resolve_arm(name, self.self_window, self.max_questions, self.decay_rounds)
+        """The arm ``name`` as this study runs it (its windows, cap, T and B)."""
+        return resolve_arm(name, **self.arm_parameters())
+
+    def arm_parameters(self) -> dict[str, Any]:
+        """What :func:`resolve_arm` needs besides the name, as this study sets it."""
+        return {
+            "self_window": self.self_window,
+            "max_questions": self.max_questions,
+            "decay_rounds": self.decay_rounds,
+            "pool_window": self.pool_window,
+            "agents": self.agents,
+            "backfill_self_window": self.backfill_self_window,
+        }
 
     def agent_base(self) -> Any:
         """The AgentConfig every arm of this study starts from (B, G, tokens; the arm sets I, J)."""
@@ -323,13 +446,16 @@ class StudyConfig:
 
     @property
     def required_arms(self) -> list[str]:
-        return list(V3_REQUIRED_ARMS if self.design == "v3" else REQUIRED_ARMS)
+        return list({"v2": REQUIRED_ARMS, "v3": V3_REQUIRED_ARMS, "v4": V4_DEFAULT_ARMS}[self.design])
 
     def settings(self) -> dict[str, Any]:
         """What defines the experiment: a results file resumes only with equal settings. A v2
-        study's settings are those of the v2 files (no ``design``, no ``decay_rounds``)."""
+        study's settings are those of the v2 files (no ``design``, no ``decay_rounds``), a v3
+        study's those of the v3 file (none of v4's)."""
         data = asdict(self)
         del data["seeds"], data["arms"]
+        if self.design != "v4":
+            del data["backfill_self_window"], data["held_out_points"], data["held_out_per_task"]
         if self.design == "v2":
             del data["design"], data["decay_rounds"]
         return data
@@ -362,14 +488,21 @@ def design_of(results: dict[str, Any]) -> str:
 
 
 def arm_by_name(
-    self_window: int | None = None, max_questions: int | None = None, decay_rounds: int | None = None
+    self_window: int | None = None,
+    max_questions: int | None = None,
+    decay_rounds: int | None = None,
+    pool_window: int = 256,
+    agents: int = 8,
+    backfill_self_window: int = V4_BACKFILL_SELF_WINDOW,
 ) -> dict[str, Arm]:
-    """The study's arms by name (4/4-self's window, 8/0-dyn's cap and 4/4-decay's T as the
-    study sets them); B is the study's for every arm but ``4/4@B4``."""
+    """The study's arms by name (4/4-self's window, 8/0-dyn's cap, 4/4-decay's T, 4/4@B4-age's
+    pool window from the study's ``pool_window`` and backfill-self's window as the study sets
+    them); B is the study's for every arm but the ``@B4`` ones."""
     from worker.shared.arms import DEFAULT_SELF_WINDOW, over_generation_arm
 
     arms = {arm.name: arm for arm in sapo_table_arms(BATCH, self_window or DEFAULT_SELF_WINDOW)}
     arms.update({arm.name: arm for arm in study_v3_arms(BATCH, decay_rounds or DEFAULT_DECAY_ROUNDS)})
+    arms.update({arm.name: arm for arm in study_v4_arms(BATCH, pool_window, agents, backfill_self_window)})
     if max_questions is not None:
         arms["8/0-dyn"] = over_generation_arm(BATCH, max_questions)
     return arms
@@ -380,11 +513,16 @@ def resolve_arm(
     self_window: int | None = None,
     max_questions: int | None = None,
     decay_rounds: int | None = None,
+    pool_window: int = 256,
+    agents: int = 8,
+    backfill_self_window: int = V4_BACKFILL_SELF_WINDOW,
 ) -> Arm:
     """An arm of :data:`ARM_ORDER`, or any of them at another B: ``<name>@B<n>`` (e.g.
     ``8/0@B16``, ``backfill@B4``). Raises :class:`StudyError` for an unknown name."""
     try:
-        arms = arm_by_name(self_window, max_questions, decay_rounds)
+        arms = arm_by_name(
+            self_window, max_questions, decay_rounds, pool_window, agents, backfill_self_window
+        )
     except ValueError as error:
         raise StudyError(str(error)) from None
     if name in arms:
@@ -404,10 +542,14 @@ def campaign_overrides(arm_name: str) -> dict[str, Any]:
     isolated controls (worker.shared.campaign.ControlsConfig): ``isolated`` (8/0), ``filtered``
     (8/0-filtered), ``self`` (4/4-self) and ``dyn`` (8/0-dyn), all four on in the preset. So
     the 4/4 campaign with its controls gives 4/4, 8/0, 8/0-filtered, 4/4-self and 8/0-dyn;
-    6/2, 2/6, 4/4-unfiltered and the arms of issue #29 (4/4@B4, backfill, 4/4-decay, 4/4-is)
-    are one campaign each (controls off, since the 4/4 campaign already ran them).
+    6/2, 2/6, 4/4-unfiltered, the arms of issue #29 (4/4@B4, backfill, 4/4-decay, 4/4-is) and
+    4/4@B4-age (issue #49: the campaign's ``pool_window``) are one campaign each (controls off,
+    since the 4/4 campaign already ran them). The other controls of issue #49 (4/0@B4,
+    backfill-self) are no kind of campaign control: :class:`StudyError`.
     """
     arm = resolve_arm(arm_name)
+    if arm_name in ("4/0@B4", "backfill-self"):
+        raise StudyError(f"{arm_name} runs in the simulator only: no campaign control is that arm")
     if not arm.shares:
         controls = {"isolated": True, "filtered": True, "self_replay": True, "over_generation": True}
         return {"num_local": 4, "num_external": 4, "controls": controls}
@@ -425,6 +567,8 @@ def campaign_overrides(arm_name: str) -> dict[str, Any]:
         overrides["decay_rounds"] = arm.decay_rounds
     if arm.external_is:
         overrides["grpo"] = {"external_importance_sampling_correction": True}
+    if arm.pool_window is not None:
+        overrides["pool_window"] = arm.pool_window
     if arm.name != "4/4":
         overrides["controls"] = {"isolated": False, "filtered": False}
     return overrides

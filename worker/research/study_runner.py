@@ -1,12 +1,22 @@
 """Running the SAPO table study (worker/research/study.py): its cells, resumably.
 
 A cell is one :func:`worker.research.simulate.run_arm`. Cells run seed by seed (all arms of
-seed 0, then seed 1, ...), so an interrupted study leaves complete pairs behind; the results
-file is rewritten atomically after every cell and a rerun skips the cells it holds.
+seed 0, then seed 1, ...; v4: its new arms' cells first, then its reruns of v3's), so an
+interrupted study leaves complete pairs behind; the results file is rewritten atomically after
+every cell and a rerun skips the cells it holds.
+
+**Provenance** (issue #49). Every cell records, in ``config.cells["<arm>|<seed>"].provenance``,
+the commit it ran from, the SHA-256 of the uncommitted diff of tracked files (None: a clean
+tree; the results file itself does not count), the SHA-256 of the model's weights file, and its
+start and end (UTC). A full run refuses a tree with uncommitted changes unless told
+(``allow_dirty``). Each invocation appends its versions, machine and jobs to ``config.runs``;
+``config.versions`` keeps the first run's. Nothing a resume writes changes an earlier cell's
+record (tests/worker/research/test_study_provenance.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -29,6 +39,12 @@ from worker.research.study import (
     V3_EXPLORATORY,
     V3_FAMILY,
     V3_PRIMARY,
+    V4_EXPLORATORY,
+    V4_FAMILY,
+    V4_HELD_OUT_FAMILY,
+    V4_NEW_ARMS,
+    V4_PRIMARY,
+    V4_SEEN_SEEDS,
     WINDOWS,
     StudyConfig,
     StudyError,
@@ -56,11 +72,13 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
     A module-level function of plain data so a process pool can run it.
     """
     _set_one_thread()
+    from worker.research.held_out import HeldOut
     from worker.research.simulate import SimulationConfig, run_arm
     from worker.shared.config import AgentConfig, GRPOConfig
     from worker.shared.questions import preset
     from worker.shared.tiers import model_cache_dir
 
+    began = datetime.now(UTC).isoformat(timespec="seconds")
     grpo = GRPOConfig(
         learning_rate=settings["learning_rate"],
         num_iterations=settings["num_iterations"],
@@ -114,9 +132,24 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
         transformers_logging.disable_progress_bar()
     started = time.perf_counter()
     arm = resolve_arm(
-        arm_name, settings.get("self_window"), settings.get("max_questions"), settings.get("decay_rounds")
+        arm_name,
+        settings.get("self_window"),
+        settings.get("max_questions"),
+        settings.get("decay_rounds"),
+        settings["pool_window"],
+        settings["agents"],
+        **(
+            {"backfill_self_window": settings["backfill_self_window"]}
+            if "backfill_self_window" in settings
+            else {}
+        ),
     )
-    result = run_arm(config, arm, model_cache_dir(), None, on_round, log=log)
+    held_out = (
+        HeldOut(config.mix, seed, settings["held_out_per_task"], points, settings["max_new_tokens"])
+        if (points := settings.get("held_out_points"))
+        else None
+    )
+    result = run_arm(config, arm, model_cache_dir(), None, on_round, log=log, observe=held_out)
     seconds = time.perf_counter() - started
     histories = list(result["agents"].values())
     rounds = settings["rounds"]
@@ -152,10 +185,17 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
             }
             for name, group in by_tier.items()
         }
+    if held_out is not None:
+        cell["held_out"] = held_out.record(config.agents)
     return {
         **cell,
         "curve": curve,
         "mechanism": {key: round_means(key) for key in MECHANISM_METRICS},
+        "provenance": {
+            "model_sha256": model_sha256(settings["tier"]),
+            "started": began,
+            "ended": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
         "seconds": round(seconds, 2),
         "frac_reward_zero_std": mean_of("frac_reward_zero_std"),
         "local_used": mean_of("batch/local_used"),
@@ -171,6 +211,52 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
         "grad_norm": mean_of("grad_norm"),
         "grad_norm_clipped": mean_of("grad_norm_clipped"),
     }
+
+
+CHECKOUT = Path(__file__).resolve().parent.parent.parent
+
+
+def _git(*args: str, root: Path = CHECKOUT) -> str | None:
+    """``git args`` in ``root`` (read-only); None where git or the repository is missing."""
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def tree_state(out: Path | None = None, root: Path = CHECKOUT) -> dict[str, Any]:
+    """The commit of the checkout ``root`` (this code's) and the SHA-256 of its uncommitted diff
+    of tracked files (None: clean), the results file ``out`` left out (a run rewrites it)."""
+    commit = (_git("rev-parse", "HEAD", root=root) or "").strip() or None
+    exclude = []
+    top = (_git("rev-parse", "--show-toplevel", root=root) or "").strip()
+    if out is not None and top:
+        try:
+            exclude = [f":(exclude){out.resolve().relative_to(Path(top).resolve())}"]
+        except ValueError:  # the results file lies outside the checkout
+            exclude = []
+    diff = _git("diff", "HEAD", "--binary", "--", ".", *exclude, root=Path(top or root)) if commit else None
+    digest = hashlib.sha256(diff.encode()).hexdigest() if diff else None
+    return {"commit": commit, "diff_sha256": digest}
+
+
+def model_sha256(tier_name: str) -> str | None:
+    """SHA-256 of the weights file the cells of tier ``tier_name`` start from (None: not built)."""
+    from worker.engine.policy import resolve
+    from worker.shared.tiers import model_cache_dir, tier
+
+    spec = tier(tier_name)
+    if not spec.source.startswith("builtin:"):
+        return None
+    weights = Path(resolve(spec, model_cache_dir(), log=lambda _: None)) / "model.safetensors"
+    if not weights.exists():
+        return None
+    digest = hashlib.sha256()
+    with weights.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def versions() -> dict[str, Any]:
@@ -203,10 +289,15 @@ def versions() -> dict[str, Any]:
 
 
 def model_build(tier_name: str) -> dict[str, Any] | None:
-    """The tiny tier's build record (recipe version, steps, tokenizer hash), if it has one."""
-    from worker.shared.tiers import model_cache_dir
+    """The tiny tier's build record (recipe version, steps, tokenizer hash), if it has one: of
+    the build the cells load (the shipped one, else the cache's)."""
+    from worker.engine.policy import resolve
+    from worker.shared.tiers import model_cache_dir, tier
 
-    path = model_cache_dir() / tier_name / "swarm_build.json"
+    spec = tier(tier_name)
+    if not spec.source.startswith("builtin:"):
+        return None
+    path = Path(resolve(spec, model_cache_dir(), log=lambda _: None)) / "swarm_build.json"
     if not path.exists():
         return None
     build = json.loads(path.read_text())
@@ -263,14 +354,16 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
         for name in cfg["arms"]:
             results["curves"].setdefault(name, {})
             results.setdefault("mechanism", {}).setdefault(name, {})
-        if config.design == "v3":
+            if config.design == "v4":
+                results.setdefault("held_out", {}).setdefault(name, {})
+        if config.design in ("v3", "v4"):
             _describe_arms(cfg, config)
         return results
     arms = order_arms(list(config.arms))
     if config.design == "v2":
         definitions = {a: config.arm(a).to_json() for a in ARM_ORDER[:8]}
         preregistered: dict[str, Any] = {"primary": list(PRIMARY), "family": [list(pair) for pair in FAMILY]}
-    else:
+    elif config.design == "v3":
         definitions = {}
         preregistered = {
             "primary": list(V3_PRIMARY),
@@ -278,6 +371,19 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
             "exploratory": [list(pair) for pair in V3_EXPLORATORY],
             "windows": WINDOWS,
             "holm_over": "family",
+        }
+    else:
+        definitions = {}
+        preregistered = {
+            "primary": list(V4_PRIMARY),
+            "family": [list(pair) for pair in V4_FAMILY],
+            "held_out_family": [list(pair) for pair in V4_HELD_OUT_FAMILY],
+            "exploratory": [list(pair) for pair in V4_EXPLORATORY],
+            "windows": WINDOWS,
+            "holm_over": "family; held_out_family separately",
+            # v3 ran these arms on their first N seeds: data seen before this design
+            "seen_seeds": dict(V4_SEEN_SEEDS),
+            "reruns_of": "docs/experiments/sapo-table-cpu-v3.json",
         }
     results = {
         "config": {
@@ -298,7 +404,9 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
         "curves": {a: {} for a in arms},
         "mechanism": {a: {} for a in arms},
     }
-    if config.design == "v3":
+    if config.design == "v4":
+        results["held_out"] = {a: {} for a in arms}
+    if config.design in ("v3", "v4"):
         _describe_arms(results["config"], config)
     return results
 
@@ -317,13 +425,25 @@ def _describe_arms(cfg: dict[str, Any], config: StudyConfig) -> None:
 
 def pending_cells(results: dict[str, Any], config: StudyConfig) -> list[tuple[str, int]]:
     """Cells still to run, seed by seed (all arms of a seed before the next seed); an arm outside
-    the required ones runs only on its first ``other_seeds`` seeds."""
-    return [
+    the required ones runs only on its first ``other_seeds`` seeds. v4 runs its cells that v3 has
+    not first (its new arms, and 4/4-is beyond v3's seeds), then its reruns of v3's cells."""
+    cells = [
         (name, seed)
         for seed in config.seeds
         for name in order_arms(list(config.arms))
         if seed in config.seeds_of(name) and seed_key(seed) not in results["curves"][name]
     ]
+    if config.design != "v4":
+        return cells
+
+    def rerun(cell: tuple[str, int]) -> bool:
+        name, seed = cell
+        if name in V4_NEW_ARMS:
+            return False
+        seen = V4_SEEN_SEEDS.get(name)
+        return seen is None or seed in config.seeds[:seen]
+
+    return sorted(cells, key=rerun)  # stable: seed by seed within each phase
 
 
 def run_study(
@@ -332,25 +452,43 @@ def run_study(
     jobs: int = 1,
     verbose: bool = False,
     log: Callable[[str], None] = print,
+    allow_dirty: bool = False,
 ) -> dict[str, Any]:
     """Run every missing cell of ``config`` into ``out`` (resuming it) and return the results.
 
     ``jobs`` > 1 runs cells in that many processes of one torch thread each (spawned, so no
-    process inherits another's torch state); results are written by this process only.
+    process inherits another's torch state); results are written by this process only. A tree
+    with uncommitted changes to tracked files is refused unless ``allow_dirty`` (the module
+    docstring: provenance).
     """
     _set_one_thread()
     results = _open_results(out, config)
     todo = pending_cells(results, config)
+    tree = tree_state(out)
+    if todo and tree["diff_sha256"] is not None and not allow_dirty:
+        raise StudyError(
+            "the tree has uncommitted changes to tracked files; commit them (every cell records its "
+            "commit) or pass --allow-dirty (every cell then records a hash of the diff)"
+        )
     cfg = results["config"]
     done_before = sum(len(c) for c in results["curves"].values())
     if done_before:
         log(f"resuming {out}: {done_before} cells done, {len(todo)} to run")
-    cfg.update(
-        versions=versions(),
-        model_build=model_build(config.tier),
-        machine=f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
-        jobs=jobs,
-    )
+    run_record = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": versions(),
+        **tree,
+        "model_build": model_build(config.tier),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+        "jobs": jobs,
+        "cells_before": done_before,
+    }
+    cfg.setdefault("versions", run_record["versions"])
+    cfg.setdefault("model_build", run_record["model_build"])
+    cfg.setdefault("machine", run_record["machine"])
+    cfg.setdefault("jobs", jobs)
+    if todo:
+        cfg.setdefault("runs", []).append(run_record)
     _rebuild_arms(results)
     if not todo:
         _finish(results, config)
@@ -374,6 +512,9 @@ def run_study(
         finished += 1
         results["curves"][name][seed_key(seed)] = cell.pop("curve")
         results.setdefault("mechanism", {}).setdefault(name, {})[seed_key(seed)] = cell.pop("mechanism")
+        if "held_out" in cell:
+            results.setdefault("held_out", {}).setdefault(name, {})[seed_key(seed)] = cell.pop("held_out")
+        cell["provenance"] = {**tree, **cell["provenance"]}
         cfg["cells"][f"{name}|{seed}"] = cell
         # elapsed: the cells' own seconds summed (process-seconds); wall: the runs' clock time.
         cfg["elapsed_seconds"] = round(cfg["elapsed_seconds"] + cell["seconds"], 2)

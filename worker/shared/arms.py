@@ -51,6 +51,18 @@ accepts, at most J_r::
 * ``4/4-is``: 4/4 with the truncated importance-sampling correction of external rollouts
   (``GRPOConfig.external_importance_sampling_correction``; worker/engine/loss.py).
 
+The controls of study v4 (issue #49), each differing from the arm it controls in one thing:
+
+* ``4/0@B4``: generate 4, train on those 4 (filtered), nothing external: 4/4@B4 without its J,
+  at the same generation.
+* ``4/4@B4-age``: 4/4@B4 with the pool window (``pool_window``, in rollouts) that spans the same
+  rounds as 4/4's: the pool holds W rollouts and a round adds agents x B of them, so a window
+  spans W / (agents x B) rounds; 4/4 (B = 8) keeps 256 = 4 rounds of 8 agents, 4/4@B4 keeps
+  256 = 8 rounds, and 128 gives it 4 again.
+* ``backfill-self``: backfill filling from the agent's **own** recent groups (``replay="self"``,
+  a window of ``self_window`` own groups) instead of the pool: same filter, same batch rule, no
+  other agent.
+
 :class:`Arm` is plain data; :meth:`Arm.agent_overrides` gives the
 :class:`~worker.shared.config.AgentConfig` fields that run it, and :func:`controls_for` the
 isolated controls of a sharing arm by kind (:data:`CONTROL_KINDS`), which is what a campaign's
@@ -101,6 +113,8 @@ class Arm:
     decay_rounds: int = 0  # T of the decay rule
     # truncated importance-sampling correction of external rollouts (their generator's log-probs)
     external_is: bool = False
+    # rollouts the shared pool keeps for this arm (its window); None: the base config's
+    pool_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.replay not in REPLAY_SOURCES:
@@ -111,6 +125,8 @@ class Arm:
             raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {self.batch_rule!r}")
         if self.questions_per_round is not None and self.questions_per_round < 1:
             raise ValueError("questions_per_round must be >= 1 (or None: the base config's)")
+        if self.pool_window is not None and self.pool_window < 1:
+            raise ValueError("pool_window must be >= 1 (or None: the base config's)")
 
     def questions(self, default: int) -> int:
         """B of this arm, where the base config generates ``default`` questions per round."""
@@ -192,6 +208,8 @@ class Arm:
             text = f"generates {b}; trains on {self.num_local} {own}"
         if self.external_is:
             text += ", importance-sampling-corrected"
+        if self.pool_window is not None:
+            text += f"; pool window {self.pool_window} rollouts"
         return text
 
     def to_json(self) -> dict:
@@ -282,6 +300,39 @@ def study_v3_arms(batch: int = 8, decay_rounds: int = DEFAULT_DECAY_ROUNDS) -> l
         backfill_arm(batch),
         decay_arm(half, half, decay_rounds),
         importance_sampled_arm(half, half),
+    ]
+
+
+def window_matched_arm(arm: Arm, pool_window: int) -> Arm:
+    """``arm`` with the shared pool keeping ``pool_window`` rollouts: ``4/4@B4-age`` (see the
+    module docstring for the window that matches 4/4's age in rounds)."""
+    base = arm.name.split("-age", 1)[0]
+    return replace(arm, name=f"{base}-age", pool_window=pool_window)
+
+
+def self_backfill_arm(batch: int, window: int) -> Arm:
+    """Backfill from the agent's own last ``window`` groups instead of the pool: ``backfill-self``."""
+    return replace(backfill_arm(batch), name="backfill-self", replay="self", self_window=window)
+
+
+def isolated_reference_arm(num_local: int) -> Arm:
+    """Generate ``num_local``, train on those (filtered), nothing external: ``4/0@B4`` (4/4@B4
+    without its J)."""
+    return with_questions(Arm(f"{num_local}/0", num_local, 0, FILTER, FILTER), num_local)
+
+
+def study_v4_arms(batch: int, pool_window: int, agents: int, backfill_window: int) -> list[Arm]:
+    """The controls issue #49 adds: 4/0@B4, 4/4@B4-age (its pool window spanning as many rounds
+    as 4/4's ``pool_window``: pool_window x (B/2) / B) and backfill-self (window ``backfill_window``
+    own groups). ``agents`` only checks that the window spans whole rounds."""
+    half = batch // 2
+    matched = pool_window * half // batch
+    if matched % (agents * half):
+        raise ValueError(f"a pool window of {matched} rollouts is not whole rounds of {agents} x {half}")
+    return [
+        isolated_reference_arm(half),
+        window_matched_arm(reference_sharing_arm(half, half), matched),
+        self_backfill_arm(batch, backfill_window),
     ]
 
 

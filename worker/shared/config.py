@@ -251,8 +251,8 @@ class AgentConfig:
             raise ValueError("GRPO needs a group size G >= 2")
         if self.batch_rule not in BATCH_RULES:
             raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {self.batch_rule!r}")
-        if self.batch_rule != "fixed" and self.replay != "pool":
-            raise ValueError(f"batch_rule {self.batch_rule!r} draws its J from the pool (replay='pool')")
+        if self.batch_rule == "decay" and self.replay != "pool":
+            raise ValueError("batch_rule 'decay' draws its J from the pool (replay='pool')")
         if self.batch_rule == "backfill" and self.num_external < 1:
             raise ValueError("backfill needs J >= 1 (the most external groups it may add)")
         if self.batch_rule == "decay":

@@ -21,6 +21,7 @@ from worker.research.study import (
     PRIMARY,
     REQUIRED_ARMS,
     V3_FAMILY,
+    V4_FAMILY,
     StudyConfig,
     StudyError,
     campaign_overrides,
@@ -121,7 +122,7 @@ def synthetic(
     round. ``old_design``: issue #8's file (six arms, no pre-registered family); ``arm_noise``:
     per-round noise of each arm's own, so paired differences spread."""
     rng = np.random.default_rng(11)
-    names = ARM_ORDER[:6] if old_design else ARM_ORDER if design == "v3" else ARM_ORDER[:8]
+    names = ARM_ORDER[:6] if old_design else ARM_ORDER[:12] if design == "v3" else ARM_ORDER[:8]
     base = {s: 0.2 + 0.01 * np.arange(rounds) + rng.normal(0, noise, rounds) for s in range(seeds)}
     curves = {
         name: {
@@ -298,7 +299,12 @@ def test_campaign_preset_runs_the_same_arms():
     from worker.shared.campaign import sapo_table_config
 
     for name, arm in arm_by_name().items():
+        if name in ("4/0@B4", "backfill-self"):  # issue #49's simulator-only controls
+            with pytest.raises(StudyError, match="simulator only"):
+                campaign_overrides(name)
+            continue
         config = sapo_table_config(**campaign_overrides(name)).validate()
+        assert config.pool_window == (arm.pool_window or 256), name
         swarm = config.agent_config(config.tiers[0], seed=0)
         as_run = (swarm.num_local, swarm.num_external, swarm.local_strategy, swarm.external_strategy)
         wanted = (arm.num_local, arm.num_external, arm.local_strategy, arm.external_strategy)
@@ -335,12 +341,13 @@ def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path)
         and defaults.agents == 8
         and defaults.group_size == 8
     )
-    assert set(REQUIRED_ARMS) <= set(defaults.arms) and defaults.other_seeds >= 6
-    # v3 (the default): the pre-registered family's arms on every seed, v2's arms kept
-    assert defaults.design == "v3" and set(defaults.required_arms) == {a for pair in V3_FAMILY for a in pair}
-    assert {"8/0", "4/4", "4/4-self", "8/0-dyn", "4/4@B4", "backfill", "4/4-decay", "4/4-is"} == set(
-        defaults.arms
-    )
+    assert set(REQUIRED_ARMS) <= set(StudyConfig(design="v2").arms) and defaults.other_seeds >= 6
+    # v4 (the default): every arm on every seed, the pre-registered family's arms among them
+    assert defaults.design == "v4" and set(defaults.required_arms) == set(defaults.arms)
+    assert {a for pair in V4_FAMILY for a in pair} <= set(defaults.arms)
+    v3 = StudyConfig(design="v3")
+    assert set(v3.required_arms) == {a for pair in V3_FAMILY for a in pair}
+    assert {"8/0", "4/4", "4/4-self", "8/0-dyn", "4/4@B4", "backfill", "4/4-decay", "4/4-is"} == set(v3.arms)
 
 
 # --- the quick study end to end ------------------------------------------------------------------
@@ -379,15 +386,16 @@ def test_the_self_replay_window_is_chosen_on_the_command_line(tiny_1m_dir: Path,
 @pytest.mark.slow
 def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path):
     out = tmp_path / "quick" / "sapo-table-cpu.json"
-    first = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
+    v3_arms = ARM_ORDER[:12]
+    first = run_cli("study", "--quick", "--design", "v3", "--out", str(out), cache=tiny_1m_dir.parent)
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads(out.read_text())
     assert set(results) == {"config", "arms", "curves", "mechanism"}
     config = results["config"]
     assert config["quick"] and config["complete"] and config["seeds"] == [0, 1]
     assert config["rounds"] == 2 and config["elapsed_seconds"] > 0 and config["versions"]["torch"]
-    assert list(results["arms"]) == ARM_ORDER == list(results["curves"])
-    for name in ARM_ORDER:
+    assert list(results["arms"]) == v3_arms == list(results["curves"])
+    for name in v3_arms:
         assert len(results["arms"][name]) == 2
         for seed, cumulative in zip(config["seeds"], results["arms"][name], strict=True):
             curve = results["curves"][name][str(seed)]
@@ -404,9 +412,9 @@ def test_quick_study_runs_resumes_and_reports(tiny_1m_dir: Path, tmp_path: Path)
     removed = results["curves"]["2/6"].pop("1")
     del results["config"]["cells"]["2/6|1"]
     out.write_text(json.dumps(results))
-    second = run_cli("study", "--quick", "--out", str(out), cache=tiny_1m_dir.parent)
+    second = run_cli("study", "--quick", "--design", "v3", "--out", str(out), cache=tiny_1m_dir.parent)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert f"{2 * len(ARM_ORDER) - 1} cells done, 1 to run" in second.stdout
+    assert f"{2 * len(v3_arms) - 1} cells done, 1 to run" in second.stdout
     assert second.stdout.count(" seed ") == 1 and "2/6 seed 1" in second.stdout
     resumed = json.loads(out.read_text())
     for key, cell in results["config"]["cells"].items():
@@ -487,7 +495,9 @@ def test_v3_holm_runs_over_its_own_preregistered_family_and_the_report_says_each
 def test_the_study_accepts_any_b_and_records_every_arms_b(tmp_path: Path):
     """B != 8: the study's B for arms without their own, <arm>@B<n> for any arm; an arm that
     cannot run at a B is refused by name; each arm's B and semantics are in the results file."""
-    config = StudyConfig(arms=["8/0@B16", "4/4", "4/4@B4", "backfill", "8/0-dyn"], questions_per_round=12)
+    config = StudyConfig(
+        arms=["8/0@B16", "4/4", "4/4@B4", "backfill", "8/0-dyn"], questions_per_round=12, design="v3"
+    )
     assert config.max_questions == 24  # 8/0-dyn's cap follows B
     cfg = _open_results(tmp_path / "r.json", config)["config"]
     assert cfg["design"] == "v3" and cfg["preregistered"]["family"] == [list(p) for p in V3_FAMILY]
