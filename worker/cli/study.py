@@ -57,6 +57,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
         if args.questions is not None:
             values["max_questions"] = None  # 8/0-dyn's cap follows B: 2 max(B, 8)
+        if args.rounds is not None:
+            values["held_out_points"] = None  # the design's points, scaled to the horizon
         if args.arms:
             values["arms"] = args.arms.split(",")
         if args.other_seeds is not None:
