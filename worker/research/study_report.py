@@ -352,6 +352,10 @@ def write_report(
     results = json.loads(Path(results_path).read_text())
     if results["config"].get("design") == DESIGN:
         return heterogeneous_report.write_report(results_path, out, resamples)
+    if results["config"].get("design") == "v4":
+        from worker.research import study_v4_report
+
+        return study_v4_report.write_report(results_path, out, resamples)
     out = out or Path(results_path).with_suffix(".md")
     out.parent.mkdir(parents=True, exist_ok=True)
     analysis = analyse(results, resamples)
