@@ -118,9 +118,18 @@ def answer(analysis: dict[str, tuple[list[Comparison], list[TimeCourse]]]) -> li
             lines.append(f"- **{tier}**: no paired seeds yet.")
             continue
         holm = f"Holm p over the {len(analysis)} sizes' primaries = {format_p(primary.holm_p)}"
+        null = ""
+        if primary.holm_p > 0.05 and len(primary.seeds) >= 2:
+            detectable = stats.minimum_detectable_effect(primary.sd, len(primary.seeds))
+            null = " Not distinguishable is not equal: " + (
+                f"a difference of about {detectable:.2f} would have been detected with 80% power "
+                "(exact sign-flip test at 0.05, the observed spread); smaller ones could be there."
+                if detectable is not None
+                else "these seeds cannot detect any difference."
+            )
         lines.append(
             f"- **{tier}**: sharing with the other size against sharing with its own size only: "
-            f"{describe(primary)}; {holm}: {verdict_words(primary)}."
+            f"{describe(primary)}; {holm}: {verdict_words(primary)}.{null}"
         )
         for pair in (("mixed", "8/0"), ("by-size", "8/0")):
             if pair in by_pair:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from worker.research import heterogeneous_report
+from worker.research import heterogeneous_report, study_v4_report
 from worker.research.heterogeneous import DESIGN
 from worker.research.study import (
     BASELINE,
@@ -40,15 +40,16 @@ from worker.research.study_text import (
     format_p,
     format_pct,
     seed_advice,
+    self_window_words,
     significant,
     time_course_answer,
     time_course_rows,
     trend_words,
     verdict_words,
+    versions_words,
 )
 from worker.research.study_v3_text import answer_v3, compute_rows, semantics_rows
 from worker.shared import stats
-from worker.shared.arms import pool_share_window
 
 MECHANISM_LABELS = {
     "batch/informative_groups": "informative groups trained on",
@@ -98,29 +99,6 @@ def mechanism_rows(results: dict[str, Any], analysis: Analysis, resamples: int) 
             cells.append(f"{sum(values) / len(values):.2f} {format_interval(interval)} (n={len(values)})")
         lines.append(f"| {MECHANISM_LABELS.get(key, key)} (`{key}`) | " + " | ".join(cells) + " |")
     return lines
-
-
-def self_window_words(config: dict[str, Any]) -> str:
-    """4/4-self's window in words, without calling it the pool's equal: as many groups per agent as
-    the pool holds (the design's default) or the size a run chose, but only the agent's own: the
-    pool also offers 4/4 the other agents' groups, and the window holds groups the agent already
-    trained on as its own picks (worker/engine/agent.py: its last groups, this round's picks
-    excluded)."""
-    window, per_agent = config.get("self_window"), pool_share_window(config["pool_window"], config["agents"])
-    window = per_agent if window is None else window
-    others = config["pool_window"] - per_agent
-    definition = (config.get("arm_definitions") or {}).get("4/4-self") or {}
-    own, batch = definition.get("num_local", 4), config.get("questions_per_round", 8)
-    size = (
-        f"as many as the pool holds per agent, {config['pool_window']} over {config['agents']} agents"
-        if window == per_agent
-        else f"the pool holds {per_agent} per agent"
-    )
-    return (
-        f"its own last {window} groups ({size}; the pool also offers 4/4 the other agents' {others}, "
-        f"and up to {own} of each round's {batch} own groups in the window were already trained on as "
-        "its own picks)"
-    )
 
 
 def context(
@@ -353,8 +331,6 @@ def write_report(
     if results["config"].get("design") == DESIGN:
         return heterogeneous_report.write_report(results_path, out, resamples)
     if results["config"].get("design") == "v4":
-        from worker.research import study_v4_report
-
         return study_v4_report.write_report(results_path, out, resamples)
     out = out or Path(results_path).with_suffix(".md")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -414,7 +390,7 @@ def write_report(
         lines += ["> **Quick smoke-test run**: the numbers below mean nothing.", ""]
     if not config.get("complete"):
         lines += [f"> **Incomplete**: {config.get('cells_done')} of {config.get('cells_total')} cells.", ""]
-    versions_text = ", ".join(f"{k} {v}" for k, v in config.get("versions", {}).items())
+    versions_text = versions_words(config)
     build = config.get("model_build") or {}
     recipe = build.get("recipe_version")
     lines += [
@@ -519,15 +495,17 @@ def write_report(
             "and their p is unadjusted."
         ),
         "",
-        "| comparison | mean difference [95% interval] | relative | first arm higher | p | Holm p |",
-        "|---|---|---|---|---|---|",
+        "| comparison | mean difference [95% bootstrap] | 95% t-interval | relative | first arm higher | "
+        "p | Holm p |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in analysis.comparisons:
         label = f"{c.a} - {c.b}" + (
             " (*pre-registered*)" if c.preregistered and not analysis.old_design else ""
         )
         lines.append(
-            f"| {label} | {c.mean:+.2f} {format_interval(c.interval)} | {format_pct(c.gain)} | "
+            f"| {label} | {c.mean:+.2f} {format_interval(c.interval)} | {format_interval(c.t_interval)} | "
+            f"{format_pct(c.gain)} | "
             f"{c.wins} of {len(c.seeds)} | {format_p(c.p_value)}{'' if c.exact else ' (Monte-Carlo)'} | "
             f"{format_p(c.holm_p) if c.preregistered else '-'} |"
         )

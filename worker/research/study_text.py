@@ -17,6 +17,7 @@ from worker.research.study_analysis import (
     time_courses,
 )
 from worker.shared import stats
+from worker.shared.arms import pool_share_window
 
 
 def format_interval(interval: tuple[float, float] | None, digits: int = 2, scale: float = 1.0) -> str:
@@ -287,3 +288,37 @@ def cell_means(results: dict[str, Any], arm: str, key: str) -> list[float]:
         if series:
             values.append(sum(series) / len(series))
     return values
+
+
+def versions_words(config: dict[str, Any]) -> str:
+    """The results file's versions record in words (one record per file before v4: the run that
+    wrote it last; v4 records every cell's commit), saying when that run's tree had uncommitted
+    changes."""
+    text = ", ".join(f"{k} {v}" for k, v in config.get("versions", {}).items())
+    commit = (config.get("versions") or {}).get("git_commit") or ""
+    if commit.endswith("+modified"):
+        text += " (run from a tree with uncommitted changes)"
+    return text
+
+
+def self_window_words(config: dict[str, Any]) -> str:
+    """4/4-self's window in words, without calling it the pool's equal: as many groups per agent as
+    the pool holds (the design's default) or the size a run chose, but only the agent's own: the
+    pool also offers 4/4 the other agents' groups, and the window holds groups the agent already
+    trained on as its own picks (worker/engine/agent.py: its last groups, this round's picks
+    excluded)."""
+    window, per_agent = config.get("self_window"), pool_share_window(config["pool_window"], config["agents"])
+    window = per_agent if window is None else window
+    others = config["pool_window"] - per_agent
+    definition = (config.get("arm_definitions") or {}).get("4/4-self") or {}
+    own, batch = definition.get("num_local", 4), config.get("questions_per_round", 8)
+    size = (
+        f"as many as the pool holds per agent, {config['pool_window']} over {config['agents']} agents"
+        if window == per_agent
+        else f"the pool holds {per_agent} per agent"
+    )
+    return (
+        f"its own last {window} groups ({size}; the pool also offers 4/4 the other agents' {others}, "
+        f"and up to {own} of each round's {batch} own groups in the window were already trained on as "
+        "its own picks)"
+    )

@@ -4,9 +4,12 @@ generated from the numbers (worker/research/study_report.py puts it together).""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from worker.research.study import (
+    DESIGN_OUT,
     QUESTIONS_PER_ROUND,
     V3_FAMILY,
     V3_PRIMARY,
@@ -172,7 +175,113 @@ def answer_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
             + "; what each arm generated and trained on is in the compute table above."
         )
     lines += time_course_answer(results, analysis, [*V3_FAMILY, ("4/4", "8/0")])
+    lines += ["", "### What this answer does not show (issue #49)", "", *limits_v3(results, analysis)]
     lines += ["", "### What would change this answer", "", seed_advice(primary, analysis.family_size)]
+    return lines
+
+
+def _mean_of(results: dict[str, Any], arm: str, key: str) -> float | None:
+    """The mean over an arm's cells of each cell's mean of mechanism curve ``key``."""
+    cells = []
+    for cell in ((results.get("mechanism") or {}).get(arm) or {}).values():
+        series = [v for v in cell.get(key) or [] if v is not None]
+        if series:
+            cells.append(sum(series) / len(series))
+    return sum(cells) / len(cells) if cells else None
+
+
+def repeated_cells(results: dict[str, Any]) -> str:
+    """How many of v3's cells repeat v2's (same arm, settings and seed) and how closely: a
+    sentence, empty when v2's file is not there."""
+    path = Path(__file__).resolve().parent.parent.parent / DESIGN_OUT["v2"]
+    if not path.exists():
+        return ""
+    v2 = json.loads(path.read_text())["curves"]
+    same = total = 0
+    first_diff, largest = None, 0.0
+    for arm, cells in results["curves"].items():
+        for seed, curve in cells.items():
+            theirs = (v2.get(arm) or {}).get(seed)
+            if theirs is None or len(theirs) != len(curve):
+                continue
+            total += 1
+            if theirs == curve:
+                same += 1
+                continue
+            gaps = [i for i, (x, y) in enumerate(zip(curve, theirs, strict=True)) if x != y]
+            first_diff = gaps[0] if first_diff is None else min(first_diff, gaps[0])
+            largest = max(largest, max(abs(x - y) for x, y in zip(curve, theirs, strict=True)))
+    if not total:
+        return ""
+    text = (
+        f" {total} of v3's cells repeat v2's arm, settings and seed ({DESIGN_OUT['v2']}): {same} "
+        "are identical to the digit"
+    )
+    if same < total:
+        text += (
+            f", the other {total - same} until round {first_diff + 1} at the earliest and then within "
+            f"{largest:.4f} a round (floating-point differences between runs)"
+        )
+    return text + "; what those arms show in v3 is v2's data read again, not a replication."
+
+
+def limits_v3(results: dict[str, Any], analysis: Analysis) -> list[str]:
+    """What the v3 answer's comparisons cannot separate, and how far its exploratory rows go: the
+    caveats an outside review of v3 raised (issue #49), with the file's own figures."""
+    by_pair = {(c.a, c.b): c for c in analysis.comparisons}
+    lines = []
+    old_b4, old_44 = (
+        _mean_of(results, "4/4@B4", "batch/external_age"),
+        _mean_of(results, "4/4", "batch/external_age"),
+    )
+    if old_b4 is not None and old_44 is not None:
+        lines.append(
+            f"- **The primary changes two things at once.** The pool window counts rollouts, not "
+            f"rounds, and 4/4@B4 generates half as many, so its external groups were {old_b4:.2f} "
+            f"rounds old against {old_44:.2f} for 4/4. Its loss to 8/0 may be staleness rather than "
+            "the paper's semantics; v4's 4/4@B4-age (a window of the same rounds) separates them."
+        )
+    lines.append(
+        "- **Reward per generated completion is arithmetic, not a finding.** Cumulative reward sums "
+        "per-round means, so any arm that generates half as much earns about twice the reward per "
+        "completion; no v3 arm generates 4 and trains on its own 4 without sharing (v4's 4/0@B4 does)."
+    )
+    if ("backfill", "8/0") in by_pair:
+        lines.append(
+            "- **Backfill's gain is not tied to other agents' data by this design.** backfill - 8/0 "
+            "mixes dropping zero-advantage groups, adding informative groups and their coming from "
+            "other agents; no v3 arm fills from its own replay (v4's backfill-self does)."
+        )
+    exploratory = [c for c in analysis.comparisons if not c.preregistered]
+    if exploratory:
+        adjusted = dict(
+            zip(
+                [(c.a, c.b) for c in exploratory],
+                stats.holm([c.p_value for c in exploratory]),
+                strict=True,
+            )
+        )
+        rows = [
+            f"{a} - {b} p = {format_p(by_pair[(a, b)].p_value)} (Holm over the {len(exploratory)} "
+            f"exploratory rows: {format_p(adjusted[(a, b)])})"
+            for a, b in (("4/4-is", "8/0"), ("4/4-is", "4/4"), ("4/4-decay", "8/0"))
+            if (a, b) in adjusted
+        ]
+        lines.append(
+            "- **Exploratory rows are hypotheses, not findings.** "
+            + ("; ".join(rows) + ". " if rows else "")
+            + "No divergence between agents was measured, so nothing here shows that own rollouts "
+            "matter 'more the longer agents train apart'." + repeated_cells(results)
+        )
+    clipped = _mean_of(results, "8/0", "grad_norm_clipped")
+    lines.append(
+        f"- **Regime.** A {results['config']['tier']} model warm-started on the same tasks it trains "
+        f"on, {results['config']['max_new_tokens']} new tokens, {results['config']['rounds']} rounds "
+        "with the curves still rising"
+        + (f"; gradient clipping active in {clipped:.0%} of 8/0's steps" if clipped is not None else "")
+        + "; graded partial-credit rewards, so 'zero advantage' means all G rewards exactly equal; "
+        "the measure is sampled training reward, not held-out accuracy (v4 measures both)."
+    )
     return lines
 
 
