@@ -15,6 +15,8 @@
     self: "rgba(155,93,229,0.15)", dyn: "rgba(192,57,43,0.15)",
   };
   const CONFIG = { responsive: true, displaylogo: false };
+  // Above the plot, as on the campaign page: at 390 px a legend below it covers the axis title.
+  const LEGEND = { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" };
 
   function empty(box, text) {
     box.classList.add("empty");
@@ -34,7 +36,7 @@
     ], {
       margin: { l: 50, r: 10, t: 10, b: 40 }, height: 280,
       xaxis: { title: { text: "round" } }, yaxis: { title: { text: "verified reward" } },
-      legend: { orientation: "h" },
+      legend: LEGEND,
     }, CONFIG);
   });
 
@@ -65,7 +67,7 @@
     Plotly.newPlot(box, traces, {
       margin: { l: 50, r: 10, t: 10, b: 40 }, height: 280,
       xaxis: { title: { text: "after round" } }, yaxis: { title: { text: "held-out accuracy" }, range: [0, 1] },
-      legend: { orientation: "h" },
+      legend: LEGEND,
     }, CONFIG);
   });
 })();

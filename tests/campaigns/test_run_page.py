@@ -488,7 +488,7 @@ def scored(node: WorkerNode, after: int, accuracy: float) -> None:
         campaign=node.campaign,
         node=node,
         round=after,
-        eval_id=f"{node.pk:032d}",
+        eval_id=f"{node.pk:016d}{after:016d}",
         questions=[],
         submission_id="s",
         n=64,
