@@ -78,16 +78,25 @@ def _units(campaign: Campaign) -> dict[tuple[str, str, int], dict[str, dict[str,
 def _missing(
     campaign: Campaign, evaluated: dict[tuple[str, str, int], int]
 ) -> dict[tuple[str, str, int], int]:
-    """{(tier, arm, round): nodes that missed that evaluation (:func:`missed`)}: those past it
-    less those scored."""
-    reached = list(WorkerNode.objects.filter(campaign=campaign).values_list("tier", "arm", "round"))
+    """{(tier, arm, round): nodes of that tier and arm without a score for that evaluation that
+    missed it (:func:`missed`)}, for each evaluation with a score."""
+    scored = set(
+        Evaluation.objects.filter(campaign=campaign, accuracy__isnull=False).values_list("node_id", "round")
+    )
+    nodes: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for pk, tier, arm, reached in WorkerNode.objects.filter(campaign=campaign).values_list(
+        "pk", "tier", "arm", "round"
+    ):
+        nodes[(tier, arm)].append((pk, reached))
     finished = campaign.state in FINISHED
-    missing = {}
-    for (tier, arm, round), count in evaluated.items():
-        passed = sum(1 for t, a, r in reached if t == tier and a == arm and r > round)
-        gone = sum(1 for t, a, r in reached if t == tier and a == arm and missed(r, round, finished))
-        missing[(tier, arm, round)] = max(0, min(gone, passed - count))
-    return missing
+    return {
+        (tier, arm, round): sum(
+            1
+            for pk, reached in nodes[(tier, arm)]
+            if (pk, round) not in scored and missed(reached, round, finished)
+        )
+        for tier, arm, round in evaluated
+    }
 
 
 def _mean(values: list[float]) -> float:

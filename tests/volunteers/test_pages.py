@@ -15,6 +15,7 @@ from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.coordinator.models import Evaluation, NodeCredit, WorkerNode
 from swarm_app.volunteers import pages, tokens
 from swarm_app.volunteers.models import Volunteer
+from swarm_app.web.held_out import held_out
 from tests.volunteers.conftest import PASSWORD
 from tests.volunteers.test_accounts import make_campaign
 from worker.shared.campaign import CampaignConfig
@@ -295,6 +296,10 @@ def test_the_node_and_volunteer_pages_show_held_out_accuracy_beside_the_arms(vol
     assert arms["isolated"]["accuracy"] == [0.125, 0.375] and arms["isolated"]["low"] == [None, None]
     assert "Missed evaluations (no score: missing, not zero): after round 3." in page
     assert 'data-held-out="0"' in page and "<b>evals</b>" not in page and "&lt;b&gt;evals" in page
+    # the campaign page's count, by node: after round 3 one node missed (mine); the mate may still
+    # answer; other, scored, went on
+    WorkerNode.objects.filter(pk=other.pk).update(round=6)
+    assert held_out(campaign)["tiny-1m"]["swarm"]["missing"] == [0, 1]
     # the volunteer's page: the same curve for each of their nodes; the mate's last evaluation
     # (after round 3, the node at round 4) may still come: pending, not missing
     volunteer_page = Client().get(reverse("volunteer-page", args=[volunteer.pk])).content.decode()
