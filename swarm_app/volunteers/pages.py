@@ -17,7 +17,7 @@ from swarm_app.coordinator.models import WorkerNode
 from swarm_app.core.names import node_label
 from swarm_app.volunteers import credit
 from swarm_app.volunteers.models import Volunteer
-from swarm_app.web.held_out import FINISHED, held_out, node_evaluations
+from swarm_app.web.held_out import held_out, node_evaluations
 from swarm_app.web.series import ARM_LABELS, ARMS
 
 PAGE_SIZE = 50
@@ -105,7 +105,7 @@ def held_out_curve(node: WorkerNode, series: dict[str, dict[str, dict[str, list]
     config = node.campaign.settings
     if not config.eval_every:
         return None
-    own = node_evaluations(node, config.eval_every, config.rounds, node.campaign.state in FINISHED)
+    own = node_evaluations(node, config.eval_every, config.rounds, node.campaign.is_finished)
     arms = []
     for arm in ARMS:
         data = series.get(node.tier, {}).get(str(arm))

@@ -35,7 +35,6 @@ from worker.shared.evaluation import eval_rounds
 # units: each unit's accuracy at the evaluation (the swarms', or the seeds'); questions: how many
 # each node answered (every task's eval_questions)
 SERIES_KEYS = ("round", "accuracy", "low", "high", "n", "nodes", "missing", "reward", "units", "questions")
-FINISHED = (Campaign.State.COMPLETED, Campaign.State.STOPPED, Campaign.State.FAILED)
 
 
 def missed(node_round: int, eval_round: int, finished: bool) -> bool:
@@ -88,7 +87,7 @@ def _missing(
         "pk", "tier", "arm", "round"
     ):
         nodes[(tier, arm)].append((pk, reached))
-    finished = campaign.state in FINISHED
+    finished = campaign.is_finished
     return {
         (tier, arm, round): sum(
             1
