@@ -81,7 +81,7 @@ def held_out(
     """The checkpoint's held-out accuracy as the coordinator at ``url`` scored it: the node's
     evaluation after round ``rounds - 1``, the checkpoint's last (``/api/campaigns/<id>/evaluations``;
     the worker token, where given, goes as ``Authorization: Bearer``: a private campaign's nodes
-    need it). ``{"evaluated": True, "round", "n", "correct", "accuracy", "reward", "name"}``, or
+    need it). ``{"evaluated": True, "round", "n", "correct", "accuracy", "reward", ...}``, or
     ``{"evaluated": False, "why": ...}`` when there is none or the coordinator cannot say."""
     if rounds < 1:
         return {"evaluated": False, "why": "the checkpoint has trained no round"}
@@ -115,13 +115,14 @@ def held_out(
             "evaluated": False,
             "why": f"the coordinator has no held-out evaluation of this checkpoint (after round {rounds - 1}){latest}",
         }
-    return {"evaluated": True, "name": body.get("name", ""), **scored[0]}
+    return {"evaluated": True, **scored[0]}
 
 
 def held_out_text(result: dict[str, Any], campaign_id: str) -> str:
     """The model card's (and the command's) words for :func:`held_out`'s result."""
     if not result["evaluated"]:
-        return f"not evaluated: {result['why']}"
+        # one line, no table cell's end: the reason may quote the coordinator's own words
+        return "not evaluated: " + " ".join(str(result["why"]).split()).replace("|", "/")
     return (
         f"{result['accuracy']:.3f} ({result['correct']} of {result['n']} fresh questions exactly right, "
         f"n = {result['n']}; after round {result['round']}, the checkpoint's last, of campaign "

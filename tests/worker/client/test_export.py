@@ -176,3 +176,13 @@ def test_the_model_card_gives_the_held_out_accuracy_the_coordinator_scored(
         "| held-out accuracy | not evaluated: the coordinator at http://127.0.0.1:9 could not be reached ("
         in unreachable
     )
+
+
+def test_a_reason_stays_in_its_table_cell():
+    """The coordinator's own words may end up in the card's reason: one line, no cell's end."""
+    from worker.client.export import held_out_text
+
+    said = {"evaluated": False, "why": "the coordinator answered 500: broken\n| injected | row |"}
+    assert (
+        held_out_text(said, "3") == "not evaluated: the coordinator answered 500: broken / injected / row /"
+    )
