@@ -94,6 +94,7 @@
       const div = el("div", null, "verdict-tier");
       div.dataset.tier = v.tier;
       div.dataset.judgement = v.judgement;
+      div.dataset.heldOutJudgement = v.held_out_judgement;
       div.append(el("h4", v.tier), ...v.lines.map((line) => el("p", line)));
       return div;
     }));

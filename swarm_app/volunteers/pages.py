@@ -17,6 +17,8 @@ from swarm_app.coordinator.models import WorkerNode
 from swarm_app.core.names import node_label
 from swarm_app.volunteers import credit
 from swarm_app.volunteers.models import Volunteer
+from swarm_app.web.held_out import held_out, node_evaluations
+from swarm_app.web.series import ARM_LABELS, ARMS
 
 PAGE_SIZE = 50
 CURVE_NODES = 10  # reward curves drawn on a volunteer's page (its most recent nodes)
@@ -94,11 +96,44 @@ def visible_nodes(volunteer: Volunteer, viewer) -> QuerySet[WorkerNode]:
     return nodes.order_by("-created_at")
 
 
+def held_out_curve(node: WorkerNode, series: dict[str, dict[str, dict[str, list]]]) -> dict[str, Any] | None:
+    """The node's held-out accuracy per evaluation (held_out.node_evaluations: a skipped one is
+    None and listed in ``missing``, never a zero) beside each arm of its tier as the dashboard
+    shows it (``series``: held_out.held_out of its campaign; the swarm's mean over its swarms,
+    one swarm counting once, and each control's over its seeds, with their 95 % t intervals);
+    None when the campaign does not evaluate."""
+    config = node.campaign.settings
+    if not config.eval_every:
+        return None
+    own = node_evaluations(node, config.eval_every, config.rounds, node.campaign.is_finished)
+    arms = []
+    for arm in ARMS:
+        data = series.get(node.tier, {}).get(str(arm))
+        if not data:
+            continue
+        n = max(data["n"])
+        units = ("swarm" if n == 1 else "swarms") if arm == Arm.SWARM else ("seed" if n == 1 else "seeds")
+        label = f"{ARM_LABELS[arm]}{' mean' if arm == Arm.SWARM else ''} ({n} {units})"
+        arms.append(
+            {"arm": str(arm), "label": label, **{k: data[k] for k in ("round", "accuracy", "low", "high")}}
+        )
+    return {
+        "rounds": own["round"],
+        "accuracy": own["accuracy"],
+        "missing": [r for r, state in zip(own["round"], own["state"], strict=True) if state == "missing"],
+        "arms": arms,
+    }
+
+
 def reward_curves(nodes: list[WorkerNode]) -> list[dict[str, Any]]:
     """Per node: its verified reward by round, beside the swarm's mean of its campaign and tier
-    (the dashboard's rollup, campaigns.RoundAggregate)."""
+    (the dashboard's rollup, campaigns.RoundAggregate), and its held-out accuracy beside its
+    tier's arms (:func:`held_out_curve`; None where the campaign does not evaluate)."""
     curves = []
+    series: dict[int, dict[str, dict[str, dict[str, list]]]] = {}
     for node in nodes[:CURVE_NODES]:
+        if node.campaign_id not in series:
+            series[node.campaign_id] = held_out(node.campaign)
         own = list(
             RoundMetrics.objects.filter(campaign_id=node.campaign_id, agent=f"node:{node.node_id}")
             .order_by("round")
@@ -118,6 +153,7 @@ def reward_curves(nodes: list[WorkerNode]) -> list[dict[str, Any]]:
                 "reward": [v for _, v in own],
                 "swarm_rounds": [r for r, _ in mean],
                 "swarm_mean": [v for _, v in mean],
+                "held_out": held_out_curve(node, series[node.campaign_id]),
             }
         )
     return curves

@@ -113,6 +113,7 @@ def volunteer_page(request: HttpRequest, pk: int) -> HttpResponse:
     own = request.user.is_authenticated and request.user.pk == volunteer.user_id
     nodes = list(pages.visible_nodes(volunteer, request.user))
     rows = [pages.node_row(node) for node in nodes]
+    curves = pages.reward_curves(nodes)
     return render(
         request,
         "volunteers/volunteer.html",
@@ -121,7 +122,8 @@ def volunteer_page(request: HttpRequest, pk: int) -> HttpResponse:
             "own": own,
             "rows": rows,
             "credit": sum(row["credit"] or 0 for row in rows),
-            "curves": pages.reward_curves(nodes),
+            "curves": curves,
+            "evaluated": any(curve["held_out"] for curve in curves),
             "exports": [
                 {"id": f"export-line-{campaign_id}", "line": pages.export_line(campaign_id)}
                 for campaign_id in dict.fromkeys(node.campaign_id for node in nodes)
@@ -144,6 +146,7 @@ def node_page(request: HttpRequest, pk: int, node_pk: int) -> HttpResponse:
         request.user.is_staff or (owner is not None and owner.user_id == request.user.pk)
     ):
         raise Http404("no such node")  # a banned node is hidden from the public
+    curves = pages.reward_curves([node])
     return render(
         request,
         "volunteers/node.html",
@@ -151,7 +154,8 @@ def node_page(request: HttpRequest, pk: int, node_pk: int) -> HttpResponse:
             "campaign": campaign,
             "row": row,
             "own": owner is not None and owner.user_id == request.user.pk,
-            "curves": pages.reward_curves([node]),
+            "curves": curves,
+            "evaluated": any(curve["held_out"] for curve in curves),
             "export_line": pages.export_line(campaign.pk),
             "public_page": campaign.public,
         },

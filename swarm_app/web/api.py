@@ -1,5 +1,6 @@
 """Read-only JSON/CSV endpoints: the dashboard's first load, the run section's words, one
-agent's curve, the status counts, and the per-round metrics export (documented in docs/web.md).
+agent's curve, one node's held-out evaluations (which ``swarm-worker export`` puts in its model
+card), the status counts, and the per-round metrics export (documented in docs/web.md).
 
 The export streams: rows are read in id order, 2,000 at a time, through an async iterator, so
 a two-million-row campaign is never held in memory (under ASGI, Django buffers whole sync
@@ -20,10 +21,12 @@ from django.views.decorators.http import require_GET
 
 from swarm_app.campaigns.models import Campaign, RoundAggregate, RoundMetrics
 from swarm_app.campaigns.rollups import AGGREGATE_FIELDS, MECHANISM_KEYS
-from swarm_app.coordinator.models import Evaluation
+from swarm_app.coordinator.models import Evaluation, WorkerNode
+from swarm_app.coordinator.tokens import authenticate
 from swarm_app.core.names import control_label, node_label
 from swarm_app.web import dashboard, run_info, status_tables
 from swarm_app.web.views import get_visible, visible_campaigns
+from worker.shared.protocol import ProtocolError
 
 PAGE = 2000
 # seed: a control run's seed (empty for nodes); swarm: a node's swarm, 0..R-1 (empty for controls);
@@ -63,6 +66,51 @@ def agent_json(request: HttpRequest, pk: int) -> JsonResponse:
     if not agent or len(agent) > 80:
         return JsonResponse({"error": "give ?agent=node:<id> or control:<id>"}, status=400)
     return JsonResponse(dashboard.agent_series(campaign, agent))
+
+
+def _bearer(request: HttpRequest) -> str:
+    """The secret of an ``Authorization: Bearer <secret>`` header, "" without one."""
+    scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+    return secret.strip() if scheme.lower() == "bearer" else ""
+
+
+@require_GET
+def evaluations_json(request: HttpRequest, pk: int) -> JsonResponse:
+    """``?agent=node:<id>``: the node's held-out evaluations as the coordinator scored them
+    (coordinator/evaluations.py), scored ones only, in round order. Visible as the campaign's
+    pages are (a public campaign's nodes, banned ones left out; everything to staff), and to the
+    worker that holds the node's own token (``Authorization: Bearer <worker token>``), whatever
+    the campaign; a token that is not valid, or not that node's, is refused (403)."""
+    agent = request.GET.get("agent", "")
+    node_id = agent.removeprefix("node:")
+    if not agent.startswith("node:") or not node_id or len(agent) > 80:
+        return JsonResponse({"error": "give ?agent=node:<id>"}, status=400)
+    secret = _bearer(request)
+    if secret:
+        try:
+            token = authenticate(secret)
+        except ProtocolError as error:
+            return JsonResponse({"error": error.message}, status=403)
+        node = WorkerNode.objects.filter(campaign_id=pk, node_id=node_id, token=token).first()
+        if node is None:
+            return JsonResponse({"error": "this token has no such node in this campaign"}, status=403)
+    else:
+        campaign = get_visible(request, pk)
+        nodes = WorkerNode.objects.filter(campaign=campaign, node_id=node_id)
+        if not request.user.is_staff:
+            nodes = nodes.exclude(state=WorkerNode.State.BANNED)
+        node = nodes.first()
+        if node is None:
+            return JsonResponse({"error": "no such node in this campaign"}, status=404)
+    rows = (
+        Evaluation.objects.filter(node=node, accuracy__isnull=False)
+        .order_by("round")
+        .values("round", "n", "correct", "accuracy", "reward", "submitted_at")
+    )
+    campaign_name = Campaign.objects.values_list("name", flat=True).get(pk=node.campaign_id)
+    return JsonResponse(
+        {"campaign": node.campaign_id, "name": campaign_name, "agent": agent, "evaluations": list(rows)}
+    )
 
 
 @require_GET

@@ -4,7 +4,10 @@ at the end, and the campaign's settings as labelled fields.
 
 Plain functions of the dashboard's tables payload (dashboard.tables / cached_tables), so that
 the page, its JSON (``/api/campaigns/<id>/run``, which static/campaigns/run.js renders live) and
-the tests all read one computation. Definitions (also in docs/web.md, "The run page"):
+the tests all read one computation. It is long because it is every sentence of the page in one
+place (estimates, headline, verdict on training reward and held-out accuracy, settings), so
+that the words and the numbers they judge cannot drift apart. Definitions (also in docs/web.md,
+"The run page"):
 
 * **rounds done** of an arm: the rounds every one of its live agents has reported
   (payload ``settled``), the same rounds the summary sums.
@@ -28,7 +31,13 @@ the tests all read one computation. Definitions (also in docs/web.md, "The run p
 
   The windows are judged the same way on their Holm-adjusted p (over the windows of every
   tier), or, where even the smallest adjusted p possible is above 0.05, described without a
-  judgement. The n says what is independent: control seeds and swarms are independent runs;
+  judgement.
+  The held-out accuracy (issue #48: fresh questions none of them trained on, scored by the
+  coordinator) is judged the same way at the latest evaluation both arms were scored on
+  (``summary[tier]["held_out"]``, held_out.py): the swarm's accuracy minus the reference
+  control's in accuracy points, its Welch t interval over swarms and seeds, the permutation
+  test's p and the same "cannot decide" sentence where the design cannot reach p <= 0.05
+  (``held_out_judgement``; "unknown" where no evaluation has both arms). The n says what is independent: control seeds and swarms are independent runs;
   the nodes of one swarm share its pool, so each swarm counts once, whatever its nodes.
 """
 
@@ -316,8 +325,55 @@ def window_parts(windows: Sequence[Mapping[str, Any]], reference: str, smallest:
     return parts
 
 
+def accuracy_text(entry: Mapping[str, Any]) -> str:
+    """An arm's held-out accuracy as the verdict writes it: "0.412 [0.351, 0.473]"."""
+    low, high = entry.get("low"), entry.get("high")
+    interval = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+    return f"{entry['accuracy']:.3f}{interval}"
+
+
+def held_out_verdict(tables: Mapping[str, Any], tier: str, reference: str) -> tuple[str, str]:
+    """(judgement, sentence) on the held-out accuracy of the swarm against ``reference`` at the
+    latest evaluation both were scored on (summary[tier]["held_out"], held_out.py), judged as
+    the training reward's gain is (:func:`judge`), on the difference in accuracy points."""
+    ref = reference_words(tables, reference)
+    held = ((tables.get("summary") or {}).get(tier) or {}).get("held_out") or {}
+    swarm, control = held.get("swarm"), held.get(reference)
+    if not swarm or not control or not control.get("difference"):
+        return "unknown", f"Held-out accuracy: no evaluation both the swarm and {ref} were scored on."
+    difference = control["difference"]
+    n_swarm, n_ref = difference["n"][:2]
+    missing = swarm["missing"] + control["missing"]
+    skipped = f"; {plural(missing, 'node')} skipped it, left out, not counted as zero" if missing else ""
+    said = (
+        f"Held-out accuracy after round {swarm['round']} ({swarm['questions']} fresh questions none "
+        f"of them trained on, answered greedily, scored by the coordinator{skipped}): the swarm "
+        f"{accuracy_text(swarm)} ({plural(n_swarm, 'swarm')} of {plural(swarm['nodes'], 'node')}) "
+        f"against {ref} {accuracy_text(control)} ({plural(n_ref, 'seed')}); difference "
+        f"{difference['value']:+.3f}"
+    )
+    if difference.get("low") is not None:
+        said += f" [{difference['low']:+.3f}, {difference['high']:+.3f}] (95 % t interval)"
+    judgement = judge(difference)
+    p = difference.get("p")
+    test = f"exact permutation test over swarms and seeds, p = {p_text(p)}" if p is not None else ""
+    if judgement == "cannot decide":
+        said += f". {design_text(difference)}: a description, not a finding."
+    elif judgement == "none":
+        said += f": no difference this campaign can detect ({test})."
+    elif judgement in ("higher", "lower"):
+        side = "above" if judgement == "higher" else "below"
+        said += (
+            f": the swarm's held-out accuracy is {judgement} than {ref}'s, a 95 % interval {side} 0 ({test})."
+        )
+    else:
+        said += f": {difference.get('note') or 'no interval'}, so no verdict."
+    return judgement, said
+
+
 def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
-    """The tier's verdict in plain words, generated from the headline gain and its windows."""
+    """The tier's verdict in plain words, generated from the headline gain and its windows, and
+    from the held-out accuracy (:func:`held_out_verdict`)."""
     summary = (tables.get("summary") or {}).get(tier) or {}
     reference = summary.get("reference") or tables.get("reference")
     ref = reference_words(tables, reference)
@@ -328,14 +384,17 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
         return {
             "tier": tier,
             "judgement": "unknown",
+            "held_out_judgement": "unknown",
             "lines": ["No control ran, so there is nothing to compare the swarm with."],
         }
+    held_out_judgement, held_out_line = held_out_verdict(tables, tier, reference)
     judgement = judge(gain)
     if judgement == "unknown" or gain is None:
         return {
             "tier": tier,
             "judgement": judgement,
-            "lines": [f"No verdict: the swarm and {ref} have no rounds in common."],
+            "held_out_judgement": held_out_judgement,
+            "lines": [f"No verdict: the swarm and {ref} have no rounds in common.", held_out_line],
         }
     figure = pct(gain["value"])
     interval = interval_text(gain.get("low"), gain.get("high"))
@@ -397,7 +456,8 @@ def verdict(tables: Mapping[str, Any], tier: str) -> dict[str, Any]:
     lines.append(
         f"n = {plural(n_swarm, 'swarm')}{of_nodes} vs {plural(n_ref, ref + ' seed')}. {independence}"
     )
-    return {"tier": tier, "judgement": judgement, "lines": lines}
+    lines.append(held_out_line)
+    return {"tier": tier, "judgement": judgement, "held_out_judgement": held_out_judgement, "lines": lines}
 
 
 def run_info(tables: Mapping[str, Any], now: datetime | None = None) -> dict[str, Any]:

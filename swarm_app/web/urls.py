@@ -27,5 +27,6 @@ urlpatterns = [
     path("api/campaigns/<int:pk>/dashboard", api.dashboard_json, name="api-dashboard"),
     path("api/campaigns/<int:pk>/run", api.run_json, name="api-run"),
     path("api/campaigns/<int:pk>/agent", api.agent_json, name="api-agent"),
+    path("api/campaigns/<int:pk>/evaluations", api.evaluations_json, name="api-evaluations"),
     path("api/campaigns/<int:pk>/metrics", api.metrics_export, name="api-metrics"),
 ]

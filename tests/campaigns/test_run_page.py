@@ -27,9 +27,9 @@ from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
 from swarm_app.campaigns.rollups import refresh_rollups
-from swarm_app.coordinator.models import WorkerNode
+from swarm_app.coordinator.models import Evaluation, WorkerNode
 from swarm_app.coordinator.tokens import create_token
-from swarm_app.web import run_info, status_tables
+from swarm_app.web import held_out, run_info, status_tables
 from worker.shared.campaign import CampaignConfig, ControlsConfig, cpu_demo_config, sapo_table_config
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
@@ -189,7 +189,7 @@ def test_verdict_no_difference_when_the_test_does_not_reject():
     info = run_info.run_info(tables("completed", summary=summary(gain(1.5, -4.4, 7.5), windows)), NOW)
     (verdict,) = info["verdict"]
     assert verdict["judgement"] == "none"
-    first, by_window, n = verdict["lines"]
+    first, by_window, n, held_out = verdict["lines"]
     assert first.startswith(
         "No difference this campaign can detect between the swarm and self-replay (4/4-self)"
     )
@@ -206,6 +206,11 @@ def test_verdict_no_difference_when_the_test_does_not_reject():
     assert n.startswith("n = 5 swarms of 4 nodes in all vs 5 self-replay (4/4-self) seeds.")
     assert "seeds and the swarms are independent runs" in n and "each swarm counts once" in n
     assert "each swarm counts once, whatever its nodes" in info["independence"]
+    assert (
+        held_out
+        == "Held-out accuracy: no evaluation both the swarm and self-replay (4/4-self) were scored on."
+    )
+    assert verdict["held_out_judgement"] == "unknown"
     assert info["verdict_title"] == "Verdict"
     (headline,) = info["headlines"]
     assert headline == {
@@ -273,7 +278,7 @@ def test_verdict_higher_lower_and_no_interval():
         single["judgement"] == "no interval"
         and "there is one swarm, so there is no interval" in single["lines"][0]
     )
-    assert single["lines"][-1] == (
+    assert single["lines"][-2] == (
         "n = 1 swarm of 4 nodes in all vs 3 self-replay (4/4-self) seeds. The seeds are independent "
         "runs; the swarm's nodes share one pool, so it is one replicate of sharing: one swarm, no "
         "interval for the gain."
@@ -281,9 +286,85 @@ def test_verdict_higher_lower_and_no_interval():
     seed = run_info.verdict(tables("completed", summary=summary(gain(42.9, None, None, (3, 1)))), "tiny-1m")
     assert "there is one control seed, so there is no interval" in seed["lines"][0]
     empty = run_info.verdict(tables("completed", summary=summary(gain(None, None, None))), "tiny-1m")
-    assert empty["lines"] == ["No verdict: the swarm and self-replay (4/4-self) have no rounds in common."]
+    assert empty["lines"] == [
+        "No verdict: the swarm and self-replay (4/4-self) have no rounds in common.",
+        "Held-out accuracy: no evaluation both the swarm and self-replay (4/4-self) were scored on.",
+    ]
     alone = run_info.verdict(tables("completed", reference=None, summary={}), "tiny-1m")
     assert alone["lines"] == ["No control ran, so there is nothing to compare the swarm with."]
+
+
+def held_out_summary(swarms: list[float], seeds: list[float], missing: int = 0) -> dict:
+    """summary[tier]["held_out"] as held_out.held_out_summary writes it, the difference computed
+    by held_out.difference from the swarms' and the seeds' accuracies after round 39."""
+
+    def entry(values: list[float], low: float | None, high: float | None, nodes: int) -> dict:
+        mean = sum(values) / len(values)
+        return {"accuracy": mean, "low": low, "high": high, "n": len(values), "nodes": nodes}
+
+    swarm = entry(swarms, None, None, 2 * len(swarms)) | {"round": 39, "questions": 128, "missing": missing}
+    control = entry(seeds, None, None, len(seeds)) | {"round": 39, "questions": 128, "missing": 0}
+    control["difference"] = held_out.difference(swarms, seeds)
+    return {"swarm": swarm, "self": control}
+
+
+@pytest.mark.parametrize(
+    ("swarms", "seeds", "judgement", "words"),
+    [
+        # 2 swarms against 3 seeds: p cannot reach 0.05, whatever the difference
+        (
+            [0.50, 0.52],
+            [0.30, 0.31, 0.29],
+            "cannot decide",
+            "2 swarms against 3 seeds: no difference can be shown at the 5 % level; the smallest p "
+            "possible is 0.2: a description, not a finding.",
+        ),
+        # 4 against 4, every swarm above every seed: p = 2 / C(8, 4) = 0.029, interval above 0
+        (
+            [0.50, 0.52, 0.51, 0.53],
+            [0.30, 0.31, 0.29, 0.32],
+            "higher",
+            ": the swarm's held-out accuracy is higher than self-replay (4/4-self)'s, a 95 % "
+            "interval above 0 (exact permutation test over swarms and seeds, p = 0.029).",
+        ),
+        (
+            [0.30, 0.31, 0.29, 0.32],
+            [0.50, 0.52, 0.51, 0.53],
+            "lower",
+            "is lower than self-replay (4/4-self)'s, a 95 % interval below 0",
+        ),
+        # 4 against 4, mixed: no difference shown
+        (
+            [0.50, 0.30, 0.52, 0.31],
+            [0.30, 0.50, 0.51, 0.29],
+            "none",
+            ": no difference this campaign can detect (exact permutation test over swarms and seeds, p = ",
+        ),
+        ([0.5], [0.3, 0.31, 0.29], "no interval", ": one swarm: no interval for the gain, so no verdict."),
+    ],
+)
+def test_the_verdict_gives_held_out_accuracy_judged_as_the_reward(swarms, seeds, judgement, words):
+    """The held-out line: both arms' accuracy with n, the difference with its interval, judged by
+    the same rules as the training reward (higher or lower only at p <= 0.05 with the interval on
+    that side of 0; "cannot decide" where the design cannot reach it)."""
+    tier_summary = summary(gain(1.5, -4.4, 7.5))
+    tier_summary["tiny-1m"]["held_out"] = held_out_summary(swarms, seeds, missing=1)
+    verdict = run_info.verdict(tables("completed", summary=tier_summary), "tiny-1m")
+    line = verdict["lines"][-1]
+    assert verdict["held_out_judgement"] == judgement, line
+    assert line.startswith(
+        "Held-out accuracy after round 39 (128 fresh questions none of them trained on, answered "
+        "greedily, scored by the coordinator; 1 node skipped it, left out, not counted as zero): the swarm "
+    ), line
+    assert f"({len(swarms)} swarm{'s' if len(swarms) > 1 else ''} of {2 * len(swarms)} nodes)" in line
+    assert f"against self-replay (4/4-self) {sum(seeds) / len(seeds):.3f} ({len(seeds)} seeds)" in line
+    assert words in line, line
+    difference = held_out.difference(swarms, seeds)
+    assert f"difference {difference['value']:+.3f}" in line
+    if difference["low"] is not None:
+        assert f"[{difference['low']:+.3f}, {difference['high']:+.3f}] (95 % t interval)" in line
+    if judgement in ("cannot decide", "none", "no interval"):
+        assert "higher" not in line and "lower" not in line
 
 
 def test_durations_and_estimates_in_words():
@@ -333,10 +414,12 @@ def seed(
     reported: dict[str, int] | None = None,
     started_ago: timedelta | None = timedelta(minutes=10),
     replicates: int = 2,
+    held_out: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> Campaign:
     """tiny-1m: len(swarm) nodes in ``replicates`` swarms (node i in swarm i mod R) and
     len(self_replay) self-replay seeds (the reference), each agent at a constant reward, having
-    reported ``reported[arm]`` rounds."""
+    reported ``reported[arm]`` rounds; with ``held_out`` (each swarm node's and each seed's
+    accuracy), each evaluated after its last round, the seeds as their control nodes."""
     reported = reported or {"swarm": rounds, "self": rounds}
     controls = ControlsConfig(isolated=False, filtered=False, seeds=len(self_replay), self_replay=True)
     config = CampaignConfig(tiers=["tiny-1m"], rounds=rounds, controls=controls, replicates=replicates)
@@ -362,6 +445,8 @@ def seed(
             replicate=i % replicates,
         )
         agents.append(("swarm", f"node:{node.node_id}", reward))
+        if held_out:
+            scored(node, reported["swarm"] - 1, held_out[0][i])
     for seed_, reward in enumerate(self_replay):
         run = ControlRun.objects.create(
             campaign=campaign,
@@ -372,6 +457,17 @@ def seed(
             state=CONTROL_STATES[state],
         )
         agents.append(("self", f"control:{run.pk}", reward))
+        if held_out:
+            control = WorkerNode.objects.create(
+                campaign=campaign,
+                node_id=f"control{seed_}",
+                token=token,
+                tier="tiny-1m",
+                arm="self",
+                control_run=run,
+                round=reported["self"],
+            )
+            scored(control, reported["self"] - 1, held_out[1][seed_])
     RoundMetrics.objects.bulk_create(
         RoundMetrics(campaign=campaign, arm=arm, tier="tiny-1m", agent=agent, round=number, reward=reward)
         for arm, agent, reward in agents
@@ -384,6 +480,22 @@ def seed(
                 RoundMetrics.objects.filter(campaign=campaign, arm=arm, round=number).update(created_at=at)
     refresh_rollups()
     return campaign
+
+
+def scored(node: WorkerNode, after: int, accuracy: float) -> None:
+    """A held-out evaluation of ``node`` after round ``after``, scored at ``accuracy`` (of 64)."""
+    Evaluation.objects.create(
+        campaign=node.campaign,
+        node=node,
+        round=after,
+        eval_id=f"{node.pk:016d}{after:016d}",
+        questions=[],
+        submission_id="s",
+        n=64,
+        correct=round(accuracy * 64),
+        accuracy=accuracy,
+        reward=accuracy,
+    )
 
 
 class Text(HTMLParser):
@@ -472,14 +584,21 @@ def test_completed_page_says_which_arm_is_higher(anonymous):
     """4 swarms against 4 seeds and a large true difference: every swarm above every seed, the
     exact test's p = 2 / C(8, 4) = 0.029, and the interval above 0: the verdict reads higher."""
     swarm, seeds = (0.60, 0.62, 0.64, 0.66), (0.40, 0.42, 0.44, 0.38)
-    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=4))
-    assert 'data-judgement="higher"' in html
+    accuracy = ((0.5, 0.55, 0.52, 0.56), (0.3, 0.25, 0.31, 0.28))  # the same, held out
+    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=4, held_out=accuracy))
+    assert 'data-judgement="higher"' in html and 'data-held-out-judgement="higher"' in html
     verdict = section(html, "verdict-tiers")
     assert (
         "The swarm's cumulative reward over rounds 0–8 is higher than self-replay (4/4-self)'s: +53.7 % ["
         in verdict
     )
     assert "(exact permutation test over swarms and seeds, p = 0.029)" in verdict
+    assert (
+        "Held-out accuracy after round 8 (64 fresh questions none of them trained on, answered greedily, "
+        "scored by the coordinator): the swarm 0.532 [" in verdict
+    )
+    assert "(4 swarms of 4 nodes) against self-replay (4/4-self) 0.285 [" in verdict
+    assert "the swarm's held-out accuracy is higher than self-replay (4/4-self)'s" in verdict
     assert section(html, "headlines").endswith("n = 4 swarms vs 4 seeds")  # no sentence on the design
 
 
@@ -489,7 +608,8 @@ def test_two_swarms_against_three_seeds_cannot_decide_and_the_page_says_so(anony
     0.40, every swarm above every seed, so p is the smallest 2 vs 3 allows, 0.2. Nothing on the
     page reads higher or lower, neither the headline nor a window; the page says why, in words."""
     swarm, seeds = (0.415, 0.42, 0.425, 0.42), (0.40, 0.41, 0.39)  # swarms (0, 2) and (1, 3): 0.42, 0.42
-    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=2))
+    accuracy = ((0.5, 0.6, 0.7, 0.6), (0.2, 0.25, 0.3))  # every swarm above every seed, held out too
+    html = page(anonymous, seed("completed", swarm=swarm, self_replay=seeds, replicates=2, held_out=accuracy))
     sentence = (
         "2 swarms against 3 seeds: no difference can be shown at the 5 % level; the smallest p "
         "possible is 0.2"
@@ -499,6 +619,9 @@ def test_two_swarms_against_three_seeds_cannot_decide_and_the_page_says_so(anony
     assert verdict.startswith(f"tiny-1m {sentence}. As a description, not a finding:"), verdict
     assert "+5.0 % [" in verdict and "rounds 0–2: +5.0 % [" in verdict
     assert sentence in section(html, "headlines")
+    assert 'data-held-out-judgement="cannot decide"' in html
+    assert "against self-replay (4/4-self) 0.250 [0.126, 0.374] (3 seeds); difference +0.350 [" in verdict
+    assert f"{sentence}: a description, not a finding." in verdict.split("Held-out accuracy")[1]
     text = visible_text(html).lower()
     assert "higher" not in text and "lower" not in text, text
 

@@ -294,3 +294,56 @@ def test_a_node_past_the_round_cannot_answer_it(coordinator, campaign):
     assert snapshot(campaign) == [
         (row[0], 1, held["eval_id"], "", 6, None, None, None, None) for row in snapshot(campaign)
     ]
+
+
+def test_a_nodes_evaluations_endpoint_follows_the_pages_visibility(campaign):
+    """/api/campaigns/<id>/evaluations?agent=node:<id> (what `swarm-worker export` reads): a public
+    campaign's node for anyone, scored evaluations only; a banned node hidden from the public
+    (not from staff, nor from the worker holding its token); a private campaign's only to staff
+    and to the node's own token; a bad token refused."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from swarm_app.coordinator.models import WorkerNode
+
+    token, secret = create_token(campaign, "t")
+    node = WorkerNode.objects.create(
+        node_id="n" * 32, campaign=campaign, token=token, tier="tiny-1m", round=4
+    )
+    for number, accuracy in ((1, 0.5), (3, None)):
+        Evaluation.objects.create(
+            campaign=campaign,
+            node=node,
+            round=number,
+            eval_id=f"{number:032d}",
+            questions=[],
+            n=6,
+            correct=3 if accuracy else None,
+            accuracy=accuracy,
+            reward=accuracy,
+            submission_id="s" if accuracy else "",
+        )
+    url = f"/api/campaigns/{campaign.pk}/evaluations"
+    anonymous = Client()
+    body = anonymous.get(url, {"agent": f"node:{node.node_id}"}).json()
+    assert body["campaign"] == campaign.pk and body["name"] == "eval"
+    assert [(e["round"], e["n"], e["correct"], e["accuracy"]) for e in body["evaluations"]] == [
+        (1, 6, 3, 0.5)
+    ]
+    assert anonymous.get(url, {"agent": "node:" + "x" * 32}).status_code == 404
+    assert anonymous.get(url, {"agent": "control:1"}).status_code == 400
+    staff = Client()
+    staff.force_login(
+        get_user_model().objects.create_user("org", password="pw-for-tests-only", is_staff=True)
+    )
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.BANNED)
+    assert anonymous.get(url, {"agent": f"node:{node.node_id}"}).status_code == 404
+    assert staff.get(url, {"agent": f"node:{node.node_id}"}).status_code == 200
+    WorkerNode.objects.filter(pk=node.pk).update(state=WorkerNode.State.HEALTHY)
+    Campaign.objects.filter(pk=campaign.pk).update(public=False)
+    assert anonymous.get(url, {"agent": f"node:{node.node_id}"}).status_code == 404
+    assert staff.get(url, {"agent": f"node:{node.node_id}"}).status_code == 200
+    assert anonymous.get(url, {"agent": f"node:{node.node_id}"}, **bearer).status_code == 200
+    refused = anonymous.get(url, {"agent": f"node:{node.node_id}"}, HTTP_AUTHORIZATION="Bearer sw_nonsense")
+    assert refused.status_code == 403 and "unknown worker token" in refused.json()["error"]

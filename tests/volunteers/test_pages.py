@@ -4,17 +4,21 @@ or in the metrics export."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from swarm_app.campaigns.models import Campaign, RoundMetrics
-from swarm_app.coordinator.models import NodeCredit, WorkerNode
+from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
+from swarm_app.coordinator.models import Evaluation, NodeCredit, WorkerNode
 from swarm_app.volunteers import pages, tokens
 from swarm_app.volunteers.models import Volunteer
+from swarm_app.web.held_out import held_out
 from tests.volunteers.conftest import PASSWORD
 from tests.volunteers.test_accounts import make_campaign
+from worker.shared.campaign import CampaignConfig
 
 
 def node_of(
@@ -228,3 +232,94 @@ def test_the_volunteers_pages_have_no_inline_scripts(volunteer):
         for tag in page.split("<script")[1:]:
             head = tag.split(">", 1)[0]
             assert "src=" in head or 'type="application/json"' in head, f"{url}: <script{head}>"
+
+
+def evaluation(node: WorkerNode, round: int, accuracy: float | None) -> Evaluation:
+    """A held-out evaluation of ``node`` after ``round``: scored, or issued and never answered."""
+    return Evaluation.objects.create(
+        campaign=node.campaign,
+        node=node,
+        round=round,
+        eval_id=f"{node.pk:04d}{round:04d}".ljust(32, "0"),
+        questions=[],
+        n=6 if accuracy is not None else 0,
+        submission_id="s" if accuracy is not None else "",
+        accuracy=accuracy,
+        reward=accuracy,
+    )
+
+
+def curves_data(page: str) -> list[dict]:
+    return json.loads(page.split('id="curves-data" type="application/json">', 1)[1].split("</script>", 1)[0])
+
+
+def test_the_node_and_volunteer_pages_show_held_out_accuracy_beside_the_arms(volunteer):
+    """The node's held-out curve beside its tier's arms with the dashboard's unit rules: two nodes
+    of one swarm count once, a control by its seed; an evaluation the node skipped is missing
+    (None, and said so), never a zero; the campaign's name stays text."""
+    config = CampaignConfig(
+        group_size=4, questions_per_round=2, num_local=2, num_external=2, rounds=6, eval_every=2, replicates=2
+    )
+    campaign = Campaign.objects.create(
+        name="<b>evals</b>", state=Campaign.State.RUNNING, config=config.validate().to_json()
+    )
+    token, _ = tokens.create(volunteer.user, campaign, "laptop")
+    mine = node_of(token, "a" * 32, round=6, replicate=0)  # past every evaluation but the last
+    mate = node_of(token, "b" * 32, round=4, replicate=0)  # the same swarm
+    other = node_of(token, "c" * 32, round=4, replicate=1)  # the other swarm
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+    control = WorkerNode.objects.create(
+        node_id="d" * 32,
+        campaign=campaign,
+        token=token,
+        tier="tiny-1m",
+        arm="isolated",
+        control_run=run,
+        round=6,
+    )
+    evaluation(mine, 1, 0.5)
+    evaluation(mine, 3, None)  # issued, never answered, and the node went on: missing
+    evaluation(mate, 1, 0.25)
+    evaluation(other, 1, 1.0)
+    evaluation(control, 1, 0.125)
+    evaluation(control, 3, 0.375)
+    evaluation(other, 3, 0.75)
+    page = Client().get(reverse("node-page", args=[campaign.pk, mine.pk])).content.decode()
+    held = curves_data(page)[0]["held_out"]
+    # after round 5 (the last) it may still answer: pending, not missing
+    assert held["rounds"] == [1, 3, 5] and held["accuracy"] == [0.5, None, None] and held["missing"] == [3]
+    arms = {arm["arm"]: arm for arm in held["arms"]}
+    swarm = arms["swarm"]
+    assert swarm["round"] == [1, 3]
+    assert swarm["accuracy"][0] == pytest.approx(((0.5 + 0.25) / 2 + 1.0) / 2)  # one swarm counts once
+    assert swarm["label"] == "swarm mean (2 swarms)" and swarm["low"][0] is not None
+    assert arms["isolated"]["accuracy"] == [0.125, 0.375] and arms["isolated"]["low"] == [None, None]
+    assert "Missed evaluations (no score: missing, not zero): after round 3." in page
+    assert 'data-held-out="0"' in page and "<b>evals</b>" not in page and "&lt;b&gt;evals" in page
+    # the campaign page's count, by node: after round 3 one node missed (mine); the mate may still
+    # answer; other, scored, went on
+    WorkerNode.objects.filter(pk=other.pk).update(round=6)
+    assert held_out(campaign)["tiny-1m"]["swarm"]["missing"] == [0, 1]
+    # the volunteer's page: the same curve for each of their nodes; the mate's last evaluation
+    # (after round 3, the node at round 4) may still come: pending, not missing
+    volunteer_page = Client().get(reverse("volunteer-page", args=[volunteer.pk])).content.decode()
+    by_node = {curve["name"]: curve["held_out"] for curve in curves_data(volunteer_page)}
+    mate_curve = by_node[pages.node_label(mate.node_id, "Ada L")]
+    assert mate_curve["accuracy"] == [0.25, None] and mate_curve["missing"] == []
+    # once the campaign is over, a node that stopped right after an evaluation's round missed it
+    Campaign.objects.filter(pk=campaign.pk).update(state=Campaign.State.COMPLETED)
+    volunteer_page = Client().get(reverse("volunteer-page", args=[volunteer.pk])).content.decode()
+    by_node = {curve["name"]: curve["held_out"] for curve in curves_data(volunteer_page)}
+    assert by_node[pages.node_label(mate.node_id, "Ada L")]["missing"] == [3]
+
+
+def test_no_held_out_section_where_the_campaign_does_not_evaluate(volunteer):
+    config = CampaignConfig(
+        group_size=4, questions_per_round=2, num_local=2, num_external=2, rounds=4, eval_every=0
+    )
+    campaign = Campaign.objects.create(
+        name="none", state=Campaign.State.RUNNING, config=config.validate().to_json()
+    )
+    node = node_of(tokens.create(volunteer.user, campaign, "laptop")[0], "e" * 32, round=4)
+    page = Client().get(reverse("node-page", args=[campaign.pk, node.pk])).content.decode()
+    assert curves_data(page)[0]["held_out"] is None and "Held-out accuracy" not in page

@@ -144,12 +144,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a node's checkpoint as a Hugging Face model directory."""
-    from worker.client.export import ExportError, export_model, find_checkpoint, hub_token, push_to_hub
+    from worker.client.export import (
+        ExportError,
+        coordinator_of,
+        export_model,
+        find_checkpoint,
+        held_out_text,
+        hub_token,
+        push_to_hub,
+    )
 
     try:
         token = hub_token() if args.push_to_hub else None
         checkpoint = find_checkpoint(args.data_dir, args.node, args.campaign)
-        card = export_model(checkpoint, args.out)
+        url = args.url or os.environ.get("SWARM_URL") or coordinator_of(args.data_dir, args.node)
+        worker_token = args.token or os.environ.get("SWARM_TOKEN") or None
+        card = export_model(checkpoint, args.out, url=url, token=worker_token)
     except ExportError as error:
         print(f"swarm-worker export: {error}", file=sys.stderr)
         return 2
@@ -157,6 +167,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"exported node {card['node']} of campaign {card['campaign']} ({card['tier']}, "
         f"{card['rounds']} rounds) to {args.out}: AutoModelForCausalLM.from_pretrained({str(args.out)!r})"
     )
+    print(f"held-out accuracy: {held_out_text(card['held_out'], card['campaign'])}")
     if token:
         print(f"pushed to {push_to_hub(args.out, args.push_to_hub, token)}")
     return 0
@@ -349,6 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--node", type=int, default=0, help="which node of a --nodes process (default 0)")
     export.add_argument("--campaign", default=None, help="the campaign id (default: the newest checkpoint)")
     export.add_argument("--out", type=Path, required=True, help="the model directory to write")
+    export.add_argument(
+        "--url",
+        default=None,
+        help="the coordinator, for the model card's held-out accuracy (default: $SWARM_URL, else the one joined last)",
+    )
+    export.add_argument(
+        "--token",
+        default=None,
+        help="the node's worker token, needed for a private campaign (default: $SWARM_TOKEN)",
+    )
     export.add_argument(
         "--push-to-hub",
         default=None,

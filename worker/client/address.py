@@ -33,6 +33,15 @@ def normalise_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
+def http_url(url: str) -> str:
+    """The coordinator's web address (``http(s)://host[/prefix]``, no trailing slash) from what a
+    volunteer types or :func:`normalise_url` gives: the inverse of the websocket endpoint."""
+    parts = urlsplit(normalise_url(url))
+    scheme = "http" if parts.scheme == "ws" else "https"
+    path = parts.path.removesuffix(WS_PATH).rstrip("/")
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
 def is_loopback(url: str) -> bool:
     """Whether ``url``'s host is this machine (where an unencrypted ws:// is harmless)."""
     host = (urlsplit(url).hostname or "").lower()

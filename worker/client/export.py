@@ -6,8 +6,10 @@ it trains in its stats file. The export loads the tier's base model the way the 
 (worker/engine/policy.py: ``from_pretrained`` on the cached or shipped directory), puts the
 checkpoint's weights in it, and writes what ``AutoModelForCausalLM.from_pretrained(OUT)`` and
 ``AutoTokenizer.from_pretrained(OUT)`` read (safetensors weights, config, generation config,
-tokenizer), with a model card (README.md) naming the campaign, the node, the tier and the
-rounds trained. The weights are the optimizer's fp32 master weights, exactly the checkpoint's.
+tokenizer), with a model card (README.md) naming the campaign, the node, the tier, the rounds
+trained and the checkpoint's held-out accuracy as the coordinator scored it (:func:`held_out`:
+fetched from ``/api/campaigns/<id>/evaluations``, or "not evaluated" and why; the export never
+fails for it). The weights are the optimizer's fp32 master weights, exactly the checkpoint's.
 ``--push-to-hub REPO`` then uploads the directory with huggingface_hub, with the credentials
 ``huggingface-cli login`` or ``HF_TOKEN`` give (checked before anything is written).
 """
@@ -15,13 +17,19 @@ rounds trained. The weights are the optimizer's fp32 master weights, exactly the
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.client.address import http_url
 from worker.client.identity import NODE_FILE, load_stats
 from worker.client.volunteer import node_data_dirs
 from worker.shared.tiers import model_cache_dir, tier
+
+FETCH_TIMEOUT = 10.0  # seconds to wait for the coordinator's answer
 
 
 class ExportError(RuntimeError):
@@ -60,9 +68,78 @@ def find_checkpoint(data_dir: Path, node: int = 0, campaign_id: str | None = Non
     return Checkpoint(path, path.parent.name.removeprefix("campaign-"), node_id, tier_name)
 
 
-def export_model(checkpoint: Checkpoint, out: Path, cache_dir: Path | None = None) -> dict[str, Any]:
+def coordinator_of(data_dir: Path, node: int = 0) -> str | None:
+    """The coordinator node ``node`` of ``data_dir`` last joined (``swarm-worker join`` records
+    it), or None."""
+    url = load_stats(node_data_dirs(Path(data_dir), node + 1)[node]).get("coordinator")
+    return url if isinstance(url, str) and url else None
+
+
+def held_out(
+    checkpoint: Checkpoint, rounds: int, url: str | None, token: str | None, timeout: float = FETCH_TIMEOUT
+) -> dict[str, Any]:
+    """The checkpoint's held-out accuracy as the coordinator at ``url`` scored it: the node's
+    evaluation after round ``rounds - 1``, the checkpoint's last (``/api/campaigns/<id>/evaluations``;
+    the worker token, where given, goes as ``Authorization: Bearer``: a private campaign's nodes
+    need it). ``{"evaluated": True, "round", "n", "correct", "accuracy", "reward", ...}``, or
+    ``{"evaluated": False, "why": ...}`` when there is none or the coordinator cannot say."""
+    if rounds < 1:
+        return {"evaluated": False, "why": "the checkpoint has trained no round"}
+    if not url:
+        return {"evaluated": False, "why": "no coordinator address (give --url or $SWARM_URL)"}
+    try:
+        base = http_url(url)
+    except ValueError as error:
+        return {"evaluated": False, "why": str(error)}
+    query = urllib.parse.urlencode({"agent": f"node:{checkpoint.node_id}"})
+    address = f"{base}/api/campaigns/{urllib.parse.quote(checkpoint.campaign_id)}/evaluations?{query}"
+    request = urllib.request.Request(address, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        try:
+            said = json.loads(error.read()).get("error") or error.reason
+        except ValueError:
+            said = error.reason
+        return {"evaluated": False, "why": f"the coordinator at {base} answered {error.code}: {said}"}
+    except (OSError, ValueError) as error:
+        return {"evaluated": False, "why": f"the coordinator at {base} could not be reached ({error})"}
+    scored = [row for row in body.get("evaluations", []) if row.get("round") == rounds - 1]
+    if not scored:
+        rounds_scored = [row["round"] for row in body.get("evaluations", [])]
+        latest = f"; its latest is after round {rounds_scored[-1]}" if rounds_scored else ""
+        return {
+            "evaluated": False,
+            "why": f"the coordinator has no held-out evaluation of this checkpoint (after round {rounds - 1}){latest}",
+        }
+    return {"evaluated": True, **scored[0]}
+
+
+def held_out_text(result: dict[str, Any], campaign_id: str) -> str:
+    """The model card's (and the command's) words for :func:`held_out`'s result."""
+    if not result["evaluated"]:
+        # one line, no table cell's end: the reason may quote the coordinator's own words
+        return "not evaluated: " + " ".join(str(result["why"]).split()).replace("|", "/")
+    return (
+        f"{result['accuracy']:.3f} ({result['correct']} of {result['n']} fresh questions exactly right, "
+        f"n = {result['n']}; after round {result['round']}, the checkpoint's last, of campaign "
+        f"{campaign_id}; scored by the coordinator)"
+    )
+
+
+def export_model(
+    checkpoint: Checkpoint,
+    out: Path,
+    cache_dir: Path | None = None,
+    url: str | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
     """Write ``checkpoint``'s model to ``out`` as a Hugging Face model directory; returns what
-    the model card says (campaign, node, tier, base model, rounds, tokens trained on)."""
+    the model card says (campaign, node, tier, base model, rounds, tokens trained on, and the
+    held-out accuracy the coordinator at ``url`` scored: :func:`held_out`)."""
     import torch
 
     from worker.engine.policy import load_policy
@@ -83,6 +160,7 @@ def export_model(checkpoint: Checkpoint, out: Path, cache_dir: Path | None = Non
         "rounds": int(state["round"]),
         "tokens_trained_on": int(state.get("tokens_seen", 0)),
     }
+    card["held_out"] = held_out(checkpoint, card["rounds"], url, token)
     (out / "README.md").write_text(model_card(card), encoding="utf-8")
     return card
 
@@ -106,9 +184,13 @@ node's checkpoint: its weights are the checkpoint's (fp32).
 | tier | {card["tier"]} (base: `{card["base_model"]}`) |
 | rounds trained | {card["rounds"]} |
 | tokens trained on | {card["tokens_trained_on"]} |
+| held-out accuracy | {held_out_text(card["held_out"], card["campaign"])} |
 
-The node's verified rewards per round (re-scored by the coordinator, never the worker's claim)
-are on the campaign's page and in its metrics export.
+Held-out accuracy: the share of the campaign's evaluation questions (fresh reasoning-gym
+questions no node trained on, answered greedily) the coordinator's verifiers gave full marks,
+fetched from the coordinator when this card was written. The node's verified rewards per round
+(re-scored by the coordinator, never the worker's claim) are on the campaign's page and in its
+metrics export.
 """
 
 

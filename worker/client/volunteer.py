@@ -416,7 +416,13 @@ class _NodeRun:
         speed = measure_generation_speed(generation, tokenizer, config.system_prompt)
         log.info("generation speed: %.0f tokens/s", speed)
         transport.update_hello(generation_tokens_per_second=speed)
-        save_stats(self.data_dir, generation_tokens_per_second=speed, tier=tier_name, measured_at=time.time())
+        save_stats(  # the coordinator too: `swarm-worker export` asks it for the held-out accuracy
+            self.data_dir,
+            generation_tokens_per_second=speed,
+            tier=tier_name,
+            measured_at=time.time(),
+            coordinator=self.url,
+        )
 
         agent = Agent(
             self.node_id,

@@ -33,7 +33,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from tests.wsclient import frame
-from worker.client.address import normalise_url
+from worker.client.address import http_url, normalise_url
 from worker.client.backoff import Backoff
 from worker.client.errors import FATAL_CODES, CampaignFinished, FatalError, LeaseLost, SubmissionRejected
 from worker.client.identity import (
@@ -477,6 +477,20 @@ def test_normalise_url(given: str, expected: str) -> None:
     assert normalise_url(given) == expected
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("ws://127.0.0.1:8000/ws/worker/", "http://127.0.0.1:8000"),
+        ("wss://swarm.example.org/ws/worker/", "https://swarm.example.org"),
+        ("https://example.org/swarm/", "https://example.org/swarm"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ],
+)
+def test_http_url_is_the_web_address_of_the_worker_endpoint(given: str, expected: str) -> None:
+    """What `swarm-worker export` asks for the model card's held-out accuracy."""
+    assert http_url(given) == expected
+
+
 @pytest.mark.parametrize("bad", ["example.org", "ftp://example.org", "http://", ""])
 def test_normalise_url_refuses_what_it_cannot_reach(bad: str) -> None:
     with pytest.raises(ValueError, match="coordinator URL"):
@@ -817,6 +831,9 @@ def test_run_worker_trains_checkpoints_and_resumes(
             hello_fields["node_id"] == first.node_id and hello_fields["generation_tokens_per_second"] == 0.0
         )
         assert "backend: transformers" in caplog.text
+        # the coordinator joined, for `swarm-worker export`'s held-out accuracy (never the token)
+        assert load_stats(data_dir)["coordinator"] == normalise_url(fake.url)
+        assert "secret" not in json.dumps(load_stats(data_dir))
 
         second = run_worker(fake.url, "secret", data_dir, status=False)
         assert second.node_id == first.node_id

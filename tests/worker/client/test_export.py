@@ -90,3 +90,99 @@ def test_a_push_without_credentials_is_refused_before_anything_is_written(
     )
     assert code == 2 and "huggingface-cli login" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_model_card_gives_the_held_out_accuracy_the_coordinator_scored(
+    coordinator: str, tiny_1m_dir: Path, tmp_path: Path, capsys
+):
+    """A node of a private campaign answers the evaluation after round 1 over the real protocol
+    (2 of 6 right, claiming 6 of 6); its checkpoint of round 2 exports with the coordinator's
+    score, round and n fetched with its worker token. Without the token, without an address, for
+    a checkpoint the coordinator did not evaluate, or with the coordinator unreachable, the card
+    says "not evaluated" and why, and the export still succeeds."""
+    from swarm_app.campaigns.models import Campaign
+    from swarm_app.coordinator.tokens import create_token
+    from tests.coordinator.helpers import run
+    from tests.coordinator.test_evaluations import answers_for, train_rounds
+    from tests.wsclient import RawSession
+    from worker.shared.campaign import CampaignConfig
+
+    config = CampaignConfig(
+        group_size=4,
+        questions_per_round=2,
+        num_local=2,
+        num_external=2,
+        rounds=4,
+        eval_every=2,
+        eval_questions=3,
+    ).validate()
+    campaign = Campaign.objects.create(
+        name="card", state=Campaign.State.RUNNING, public=False, config=config.to_json()
+    )
+    secret = create_token(campaign, "t")[1]
+    data_dir = tmp_path / "volunteer"
+    trained_node(data_dir, tiny_1m_dir.parent, campaign_id=campaign.pk, round=2)
+    node_id = load_identity(data_dir).node_id
+
+    async def evaluate() -> dict:
+        s = await RawSession.open(coordinator)
+        assert (await s.hello(secret, node_id))["type"] == "welcome"
+        await train_rounds(s, node_id, config.mix, range(0, 2))
+        eval_set = await s.request("eval_request", round=1)
+        ack = await s.request(
+            "eval_submit",
+            submission_id="e1",
+            eval_id=eval_set["eval_id"],
+            answers=answers_for(eval_set, config.mix, 2),
+            claimed_accuracy=1.0,
+        )
+        await s.close()
+        return ack
+
+    assert run(evaluate())["accuracy"] == pytest.approx(2 / 6)
+
+    def export(*extra: str) -> str:
+        out = tmp_path / "model"
+        assert main(["export", "--data-dir", str(data_dir), "--out", str(out), *extra]) == 0
+        return (out / "README.md").read_text()
+
+    card = export("--url", coordinator, "--token", secret)
+    assert (
+        f"| held-out accuracy | 0.333 (2 of 6 fresh questions exactly right, n = 6; after round 1, the "
+        f"checkpoint's last, of campaign {campaign.pk}; scored by the coordinator) |" in card
+    )
+    assert "held-out accuracy: 0.333 (2 of 6" in capsys.readouterr().out
+    # The coordinator joined last, recorded by the worker, is asked when no --url is given.
+    assert (
+        "| held-out accuracy | not evaluated: no coordinator address (give --url or $SWARM_URL) |" in export()
+    )
+    save_stats(data_dir, coordinator=coordinator.replace("http://", "ws://") + "/ws/worker/")
+    assert "| held-out accuracy | 0.333 (2 of 6" in export("--token", secret)
+    # A private campaign's node without its token: the coordinator shows nothing.
+    assert f"| held-out accuracy | not evaluated: the coordinator at {coordinator} answered 404" in export()
+    # Another token of the campaign is not this node's.
+    other = create_token(campaign, "other")[1]
+    refused = export("--token", other)
+    assert "answered 403: this token has no such node in this campaign |" in refused
+    # A checkpoint of a round the coordinator did not evaluate.
+    trained_node(data_dir, tiny_1m_dir.parent, campaign_id=campaign.pk, round=3)
+    assert (
+        "| held-out accuracy | not evaluated: the coordinator has no held-out evaluation of this "
+        "checkpoint (after round 2); its latest is after round 1 |" in export("--token", secret)
+    )
+    # The coordinator cannot be reached.
+    unreachable = export("--url", "http://127.0.0.1:9", "--token", secret)
+    assert (
+        "| held-out accuracy | not evaluated: the coordinator at http://127.0.0.1:9 could not be reached ("
+        in unreachable
+    )
+
+
+def test_a_reason_stays_in_its_table_cell():
+    """The coordinator's own words may end up in the card's reason: one line, no cell's end."""
+    from worker.client.export import held_out_text
+
+    said = {"evaluated": False, "why": "the coordinator answered 500: broken\n| injected | row |"}
+    assert (
+        held_out_text(said, "3") == "not evaluated: the coordinator answered 500: broken / injected / row /"
+    )
