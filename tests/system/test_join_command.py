@@ -23,7 +23,8 @@ from swarm_app.core import join
 from tests.factories import tiny_campaign_config
 from tests.servers import asgi_server
 
-pytestmark = pytest.mark.slow
+# What it checks (a wheel served, installed and joined) does not depend on the database or broker.
+pytestmark = [pytest.mark.slow, pytest.mark.one_mode]
 
 LOCAL_WHEELS = Path("/opt/wheels")
 LOCAL_INDEX = Path("/opt/pypi/simple")
