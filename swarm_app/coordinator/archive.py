@@ -89,7 +89,7 @@ def line(row: tuple) -> bytes:
 
 def _cutoff(campaign: Campaign) -> int:
     """The highest sequence number no draw of the campaign can reach any more."""
-    return campaign.rollout_sequence - int(campaign.config.get("pool_window", 256))
+    return campaign.rollout_sequence - campaign.settings.pool_window
 
 
 def _take_batch(campaign: Campaign, cutoff: int, before: datetime, retention: str) -> int:

@@ -38,6 +38,7 @@ from swarm_app.campaigns.models import Campaign
 from swarm_app.coordinator import telemetry
 from swarm_app.coordinator.models import PoolArchive, PoolRollout, WorkerNode
 from swarm_app.core import health
+from worker.shared.campaign import CampaignConfig
 
 PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 
@@ -117,7 +118,7 @@ class DatabaseCollector(Collector):
         )
         ids = [pk for pk, _config, _sequence in campaigns]
         for pk, config, sequence in campaigns:
-            size = int(config.get("pool_window", 256))
+            size = CampaignConfig.from_json(config).pool_window
             window.add_metric([str(pk)], size)
             shared.add_metric([str(pk)], sequence)
             rows = (

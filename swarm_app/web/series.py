@@ -210,7 +210,7 @@ def settled_only(grouped: dict, settled: dict[tuple[str, str], int]) -> dict[tup
 
 
 def tiers_of(campaign: Campaign, grouped: dict[tuple[str, str], list] | None = None) -> list[str]:
-    tiers = list(campaign.config.get("tiers", []))
+    tiers = list(campaign.settings.tiers)
     for tier, _ in grouped or {}:
         if tier not in tiers:
             tiers.append(tier)

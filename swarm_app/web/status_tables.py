@@ -53,7 +53,7 @@ def pool_stats(campaign: Campaign, grouped: dict, step: int) -> dict[str, Any]:
     zero-advantage groups and of external rollouts in what it trained on (tiers apart: their
     models differ, so do their shares)."""
 
-    window = int(campaign.config.get("pool_window", 256))
+    window = campaign.settings.pool_window
     sequence = campaign.rollout_sequence
     current = PoolRollout.objects.filter(
         campaign=campaign, sequence__gt=sequence - window, in_pool=True
@@ -129,7 +129,7 @@ def worker_status(state: str, connected: bool, round_: int, rounds: int) -> str:
 
 def worker_rows(campaign: Campaign, node_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
-    rounds = int(campaign.config.get("rounds", 0))
+    rounds = campaign.settings.rounds
     nodes = WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign).order_by("-round", "node_id")
     if node_ids is not None:
         nodes = nodes.filter(node_id__in=list(node_ids))
@@ -181,7 +181,7 @@ def worker_status_counts(campaign: Campaign) -> dict[str, int]:
     in exactly one status, so the counts add up to ``total`` (the workers box's words). One
     grouped read of the node table."""
 
-    rounds = int(campaign.config.get("rounds", 0))
+    rounds = campaign.settings.rounds
     rows = (
         WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign)
         .annotate(done=ExpressionWrapper(Q(round__gte=max(rounds, 1)), output_field=BooleanField()))
@@ -207,7 +207,7 @@ def worker_counts(campaign: Campaign) -> dict[str, int]:
         .order_by()
     )
     counts["connected"] = WorkerNode.objects.filter(arm=Arm.SWARM, campaign=campaign, connected=True).count()
-    rounds = int(campaign.config.get("rounds", 0))
+    rounds = campaign.settings.rounds
     finished = WorkerNode.objects.filter(
         arm=Arm.SWARM, campaign=campaign, connected=False, round__gte=max(rounds, 1)
     )
@@ -244,7 +244,7 @@ def control_status(state: str, campaign_state: str) -> str:
 
 
 def control_rows(campaign: Campaign) -> list[dict[str, Any]]:
-    rounds = int(campaign.config.get("rounds", 0))
+    rounds = campaign.settings.rounds
     names = arm_names(campaign)
     return [
         {
@@ -304,7 +304,7 @@ def campaign_info(campaign: Campaign) -> dict[str, Any]:
         "name": campaign.name,
         "state": campaign.state,
         "failure_reason": campaign.failure_reason,
-        "rounds": int(campaign.config.get("rounds", 0)),
+        "rounds": campaign.settings.rounds,
         "tiers": tiers_of(campaign),
         "public": campaign.public,
         "started_at": campaign.started_at.isoformat() if campaign.started_at else None,
@@ -355,20 +355,21 @@ def status_rows(campaigns: Sequence[Campaign]) -> tuple[list[dict[str, Any]], di
     rows = []
     for c in campaigns:
         runs, running, control_round = controls.get(c.pk, (0, 0, 0))
+        config = c.settings
         rows.append(
             {
                 "id": c.pk,
                 "name": c.name,
                 "state": c.state,
                 "public": c.public,
-                "tiers": c.config.get("tiers", []),
-                "rounds": c.config.get("rounds", 0),
+                "tiers": list(config.tiers),
+                "rounds": config.rounds,
                 "live_workers": live.get(c.pk, 0),
                 "workers": total.get(c.pk, 0),
                 "mean_round": round(progress.get(c.pk) or 0, 1),
                 # The swarm may be done while its isolated controls still train (on Celery).
                 "controls_running": running,
-                "controls": control_summary(runs, running, control_round or 0, c.config.get("rounds", 0)),
+                "controls": control_summary(runs, running, control_round or 0, config.rounds),
                 "shared_rollouts": c.rollout_sequence,
                 "url": c.get_absolute_url(),
             }
