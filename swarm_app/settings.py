@@ -70,6 +70,10 @@ Environment variables (see platform/.env.example):
                      pool table (swarm_app/coordinator/archive.py; default 300)
     POOL_ARCHIVE_GRACE_SECONDS  a rollout stays in the hot table at least this long, whatever the
                      window (its node's metrics report reads it; default 3600)
+    POOL_SAMPLING    where a round's draw from the pool runs: `inline` in the ASGI server that holds
+                     the node's socket (default), or `celery`: the Celery task
+                     `coordinator.sample_pool` on the default queue (docs/deploy.md, "Pool
+                     sampling: inline or on Celery")
     SWARM_PUBLIC_URL the coordinator's address as volunteers reach it (http(s)://host[:port]/),
                      in the join command of the campaign and token pages and the /join.sh script
                      (default unset: the address being browsed, with a warning)
@@ -453,7 +457,8 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Coordinator ----------------------------------------------------------------------------
-# Where pool sampling runs: "inline" in the ASGI server (lowest latency) or "celery".
+# Where pool sampling runs: "inline" in the ASGI server (lowest latency) or "celery"
+# (docs/deploy.md, "Pool sampling: inline or on Celery").
 POOL_SAMPLING = os.environ.get("POOL_SAMPLING", "inline")
 if POOL_SAMPLING not in ("inline", "celery"):
     raise ImproperlyConfigured(f"POOL_SAMPLING={POOL_SAMPLING!r}: expected inline or celery")

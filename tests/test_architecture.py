@@ -1,5 +1,6 @@
 """The layout's rules, enforced: import-linter's contracts (pyproject.toml), a coordinator that
-never loads torch, and modules short enough to read."""
+never loads torch, modules short enough to read, and a README and docs index that name every
+part."""
 
 from __future__ import annotations
 
@@ -93,3 +94,30 @@ def test_no_process_is_started_in_a_session_of_its_own():
         if "start_new_session" in line
     ]
     assert found == []
+
+
+def test_the_readme_names_every_part():
+    """README.md's layout table names every top-level folder the repository tracks, every module
+    of the worker's shared, engine, client and cli packages, every app of the coordinator, every
+    benchmark and every test folder (worker/research/ is named by its files' prefixes)."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## What the parts are") : readme.index("## Development")]
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    folders = {line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line}
+    names = [f"`{folder}/" for folder in folders if not folder.startswith(".")]
+    for package in ("worker/shared", "worker/engine", "worker/client", "worker/cli", "bench"):
+        modules = (ROOT / package).glob("*.py")
+        names += [f"`{path.name}`" for path in modules if path.name not in ("__init__.py", "__main__.py")]
+    names += [f"`{path.name}/`" for path in (ROOT / "swarm_app").iterdir() if (path / "apps.py").exists()]
+    names += [f"`{path.name}/`" for path in (ROOT / "tests").iterdir() if (path / "__init__.py").exists()]
+    names += ["`worker/research/`", "`study*.py`", "`heterogeneous*.py`", "`generation/`"]
+    missing = [name for name in names if name not in table]
+    assert missing == [], missing
+
+
+def test_the_docs_index_names_every_document():
+    """docs/README.md links every document in docs/ (the experiments' reports through theirs)."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    documents = [path.name for path in (ROOT / "docs").glob("*.md") if path.name != "README.md"]
+    missing = [name for name in [*documents, "experiments/README.md"] if f"]({name})" not in index]
+    assert missing == [], missing

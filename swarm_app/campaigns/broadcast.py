@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from swarm_app.campaigns.models import Campaign
+from swarm_app.core.messages import (
+    CampaignStateEvent,
+    DashboardRefresh,
+    MetricsPoint,
+    MetricsPoints,
+    send_event,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +38,7 @@ def push_state(campaign: Campaign) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    event = {"type": "campaign.state", "state": campaign.state, "reason": campaign.failure_reason}
+    event = send_event(CampaignStateEvent(state=campaign.state, reason=campaign.failure_reason))
     for group in (worker_group(campaign.pk), campaign_group(campaign.pk)):
         try:
             async_to_sync(layer.group_send)(group, event)
@@ -48,7 +54,7 @@ def broadcast_refresh(campaign_id: int) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(campaign_group(campaign_id), {"type": "dashboard.refresh"})
+        async_to_sync(layer.group_send)(campaign_group(campaign_id), send_event(DashboardRefresh()))
     except Exception as error:  # dashboards also refresh on their own every few seconds
         log.warning(
             "could not ask dashboards of campaign %s to refresh (channel layer: %s)", campaign_id, error
@@ -67,11 +73,11 @@ class PointBatcher:
     FLUSH_SECONDS = 0.25
 
     def __init__(self) -> None:
-        self.pending: dict[int, list[dict[str, Any]]] = {}
+        self.pending: dict[int, list[MetricsPoint]] = {}
         self._flusher: asyncio.Task | None = None
         self.failing = False  # the last send failed: log again only once one succeeds
 
-    def add(self, campaign_id: int, point: dict[str, Any]) -> None:
+    def add(self, campaign_id: int, point: MetricsPoint) -> None:
         self.pending.setdefault(campaign_id, []).append(point)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush_soon())
@@ -87,9 +93,7 @@ class PointBatcher:
             return
         for campaign_id, points in batch.items():
             try:
-                await layer.group_send(
-                    campaign_group(campaign_id), {"type": "metrics.points", "points": points}
-                )
+                await layer.group_send(campaign_group(campaign_id), send_event(MetricsPoints(points=points)))
             except Exception as error:  # the dashboard catches up on its next table refresh
                 if not self.failing:  # one line per outage, not four a second
                     log.warning(

@@ -11,7 +11,6 @@ node's here, with the reward its coordinator re-scored (coordinator/control_node
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -19,14 +18,15 @@ from django.db.models.functions import Greatest
 
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import ControlRun, RoundMetrics
+from swarm_app.core.messages import MetricsPoint, MetricsPoints, send_event
 from worker.shared.protocol import clean_metrics
 
 log = logging.getLogger(__name__)
 
 
-def point(row: RoundMetrics) -> dict[str, Any]:
+def point(row: RoundMetrics) -> MetricsPoint:
     """A stored report as the dashboards' ``metrics.points`` event lists it."""
-    return {"arm": row.arm, "tier": row.tier, "agent": row.agent, "round": row.round, "reward": row.reward}
+    return MetricsPoint(arm=row.arm, tier=row.tier, agent=row.agent, round=row.round, reward=row.reward)
 
 
 def broadcast(campaign_id: int, row: RoundMetrics) -> None:
@@ -38,7 +38,7 @@ def broadcast(campaign_id: int, row: RoundMetrics) -> None:
         return
     try:
         async_to_sync(layer.group_send)(
-            campaign_group(campaign_id), {"type": "metrics.points", "points": [point(row)]}
+            campaign_group(campaign_id), send_event(MetricsPoints(points=[point(row)]))
         )
     except Exception as error:  # the dashboard catching up on reload is fine; losing the report is not
         log.warning("could not broadcast metrics of campaign %s (channel layer: %s)", campaign_id, error)

@@ -35,6 +35,7 @@ from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
 from swarm_app.coordinator.storage import store
 from swarm_app.coordinator.storage.records import DrawView
+from swarm_app.core import messages
 from swarm_app.core.consumers import NoDatabaseHopDispatch
 from swarm_app.core.limits import TokenBucket, UnexpectedErrorLog
 from worker.shared import protocol
@@ -370,13 +371,18 @@ class WorkerConsumer(NoDatabaseHopDispatch, AsyncWebsocketConsumer):
         ]
 
     async def session_end(self, event: dict[str, Any]) -> None:
-        """Group event: this connection's token was revoked or its node banned (sessions.end_sessions)."""
-        code = ErrorCode(event["code"])
-        await self.send(protocol.error(code, event["message"]))
-        await self.close(code=CLOSE_CODES.get(code, 4000))
+        """Group event: this connection's token was revoked or its node banned (groups.end_sessions)."""
+        end = messages.receive_event(event, messages.SessionEnd)
+        if end is None:
+            return
+        await self.send(protocol.error(end.code, end.message))
+        await self.close(code=CLOSE_CODES.get(end.code, 4000))
 
     async def campaign_state(self, event: dict[str, Any]) -> None:
         """Group event from the web UI: the organizer paused, resumed or stopped the campaign."""
+        change = messages.receive_event(event, messages.CampaignStateEvent)
+        if change is None:
+            return
         if self.node is not None:
-            PRESENCE.pushed_state(self.node.campaign_id, event["state"])
-        await self.send(protocol.encode(protocol.CampaignState(state=event["state"])))
+            PRESENCE.pushed_state(self.node.campaign_id, change.state)
+        await self.send(protocol.encode(protocol.CampaignState(state=change.state)))

@@ -8,6 +8,7 @@ import logging
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from swarm_app.core.messages import SessionEnd, send_event
 from worker.shared.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,6 @@ def end_sessions(group: str, code: ErrorCode, message: str) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, {"type": "session.end", "code": str(code), "message": message})
+        async_to_sync(layer.group_send)(group, send_event(SessionEnd(code=code, message=message)))
     except Exception as error:
         log.warning("could not end the sessions of %s (channel layer unavailable: %s)", group, error)

@@ -8,13 +8,17 @@ Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
 * ``points``: the current aggregates (mean, std, agents) of the rounds that changed, read from
   the rollups after refreshing them, the per-round difference bands they change
   (``bands``: dashboard.point_bands, the server's intervals, which the page draws as they are),
-  plus the raw points of the (at most MAX_WATCHED) agents this viewer selected;
+  plus the raw points of the (at most messages.MAX_WATCHED) agents this viewer selected;
 * ``tables``, at most every TABLES_SECONDS and at least every IDLE_TABLES_SECONDS: summary,
   pool, workers, controls;
 * ``state`` at once when an organizer pauses, resumes, stops or the campaign ends.
 
 A viewer selects agents by sending ``{"type": "watch", "agents": ["node:…", "control:…"]}``
-(at most MAX_WATCHED names of at most 80 characters; the only frame a viewer sends).
+(at most messages.MAX_WATCHED names of at most 80 characters; the only frame a viewer sends).
+
+Every frame and group event is declared in swarm_app/core/messages.py (docs/messages.md): a
+viewer's frame is decoded against its declaration, a group event read as its own, and what is
+pushed is encoded from them.
 
 Limits (docs/web.md): a frame over MAX_FRAME_BYTES is refused before it is parsed (close 4413);
 more than FRAMES_PER_SECOND frames a second on average (bursts of FRAMES_BURST) close the socket
@@ -36,25 +40,24 @@ import logging
 import time
 from importlib import import_module
 from types import SimpleNamespace
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
 from autobahn.exception import Disconnected  # daphne's websocket protocol, this project's server
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
 
 from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.models import Campaign
+from swarm_app.core import messages
 from swarm_app.core.limits import TokenBucket
 from swarm_app.web import dashboard
 
 FLUSH_SECONDS = 0.25  # at most four point pushes a second
 TABLES_SECONDS = 3.0
 IDLE_TABLES_SECONDS = 15.0
-MAX_WATCHED = 8
-MAX_AGENT_CHARS = 80
 # A watch of 8 names of 80 characters is about 800 bytes; nothing a page sends is larger.
 MAX_FRAME_BYTES = 4096
 # The page sends a watch when the viewer changes the selection: a person's clicks, far below this.
@@ -68,15 +71,6 @@ CLOSE_TOO_BIG = (
 )
 CLOSE_RATE = 4429  # more frames than FRAMES_PER_SECOND
 log = logging.getLogger(__name__)
-
-
-class Watch(msgspec.Struct, forbid_unknown_fields=True):
-    """The viewer's selection of agents whose raw points this socket forwards."""
-
-    type: Literal["watch"]
-    agents: Annotated[
-        list[Annotated[str, msgspec.Meta(max_length=MAX_AGENT_CHARS)]], msgspec.Meta(max_length=MAX_WATCHED)
-    ] = []
 
 
 def session_user(session_key: str | None) -> Any:
@@ -102,7 +96,7 @@ def may_see(campaign_id: int, session_key: str | None) -> bool:
     return campaigns.exists()
 
 
-class DashboardConsumer(AsyncJsonWebsocketConsumer):
+class DashboardConsumer(AsyncWebsocketConsumer):
     campaign_id: int
     pusher: asyncio.Task | None = None
     closing = False  # this side closed the socket
@@ -118,7 +112,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             return
         self.keys: set[tuple[str, str, int]] = set()
         self.watched: set[str] = set()
-        self.agent_points: list[dict[str, Any]] = []
+        self.agent_points: list[messages.AgentPoint] = []
         self.tables_due = False
         self.wake = asyncio.Event()
         await self.channel_layer.group_add(campaign_group(self.campaign_id), self.channel_name)
@@ -155,11 +149,11 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_RATE)
             return
         try:
-            watch = msgspec.json.decode(text_data if text_data is not None else bytes_data or b"", type=Watch)
+            watch = messages.decode_viewer_frame(text_data if text_data is not None else bytes_data or b"")
         except msgspec.DecodeError as error:  # not JSON, or not a watch (ValidationError is one)
             # The viewer may have gone while its frames were queued: a reply to nobody is dropped.
             with contextlib.suppress(Disconnected):
-                await self.send_json({"type": "error", "code": "bad_frame", "message": str(error)[:200]})
+                await self.send(text_data=messages.bad_frame(error))
             return
         self.watched = set(watch.agents)
 
@@ -169,24 +163,34 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
     # --- group events ----------------------------------------------------------------------
     async def metrics_points(self, event: dict[str, Any]) -> None:
-        for point in event["points"]:
-            self.keys.add((point["tier"], point["arm"], int(point["round"])))
-            if point["agent"] in self.watched:
+        batch = messages.receive_event(event, messages.MetricsPoints)
+        if batch is None:
+            return
+        for point in batch.points:
+            self.keys.add((point.tier, point.arm, point.round))
+            if point.agent in self.watched:
                 self.agent_points.append(
-                    {"agent": point["agent"], "round": point["round"], "reward": point["reward"]}
+                    messages.AgentPoint(agent=point.agent, round=point.round, reward=point.reward)
                 )
         self.tables_due = True
         self.wake.set()
 
     async def campaign_state(self, event: dict[str, Any]) -> None:
+        change = messages.receive_event(event, messages.CampaignStateEvent)
+        if change is None:
+            return
         self.checked_at = float("-inf")  # a change of state is rare: always asked again
         if not await self._still_allowed():
             return
-        await self.send_json({"type": "state", "state": event["state"], "reason": event.get("reason", "")})
+        await self.send(
+            text_data=messages.encode_frame(messages.StateFrame(state=change.state, reason=change.reason))
+        )
         self.tables_due = True
         self.wake.set()
 
     async def dashboard_refresh(self, event: dict[str, Any]) -> None:
+        if messages.receive_event(event, messages.DashboardRefresh) is None:
+            return
         self.tables_due = True
         self.wake.set()
 
@@ -228,27 +232,26 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 self.keys |= keys
                 self.agent_points[:0] = agent_points
                 raise
-            await self.send_json(
-                {
-                    "type": "points",
-                    "points": points,
-                    "bands": bands,
-                    "agents": agent_points,
-                    "sent_at": time.time(),
-                }
-            )
+            frame = messages.PointsFrame(points=points, bands=bands, agents=agent_points, sent_at=time.time())
+            await self.send(text_data=messages.encode_frame(frame))
         now = time.monotonic()
         since = now - last_tables
         if (self.tables_due and since >= TABLES_SECONDS) or since >= IDLE_TABLES_SECONDS:
             self.tables_due = False
-            await self.send_json({"type": "tables", **await database_sync_to_async(self._tables)()})
+            tables = await database_sync_to_async(self._tables)()
+            await self.send(text_data=messages.encode_frame(messages.TablesFrame(**tables)))
             return now
         return last_tables
 
-    def _points(self, keys: set[tuple[str, str, int]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The touched rounds' aggregates and the per-round difference bands they change."""
+    def _points(
+        self, keys: set[tuple[str, str, int]]
+    ) -> tuple[list[messages.AggregatePoint], list[messages.Band]]:
+        """The touched rounds' aggregates and the per-round difference bands they change, as
+        their declarations (a shape that does not match raises here, not in the browser)."""
         dashboard.refresh_rollups(rebuild=False)
-        return dashboard.points(self.campaign_id, keys), dashboard.point_bands(self.campaign_id, keys)
+        points = msgspec.convert(dashboard.points(self.campaign_id, keys), list[messages.AggregatePoint])
+        bands = msgspec.convert(dashboard.point_bands(self.campaign_id, keys), list[messages.Band])
+        return points, bands
 
     def _tables(self) -> dict[str, Any]:
         return dashboard.cached_tables(self.campaign_id)

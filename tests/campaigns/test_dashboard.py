@@ -11,17 +11,21 @@ import random
 import time
 import urllib.request
 
+import msgspec
 import numpy as np
 import pytest
 import websockets
+from channels.layers import get_channel_layer
 from django.db import connection
 from django.db.models import Avg, Count, Max, Min
 
 from swarm_app.campaigns import rollups
+from swarm_app.campaigns.broadcast import campaign_group
 from swarm_app.campaigns.metrics import record_control_metrics
 from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAggregate, RoundMetrics
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
+from swarm_app.core import messages
 from swarm_app.web import dashboard, estimates, series, status_tables
 from tests.coordinator.helpers import in_thread
 from worker.shared import stats
@@ -647,10 +651,16 @@ async def open_dashboard(base: str, campaign_id: int):
     )
 
 
+# Every frame the socket sends must decode as one of its declarations (swarm_app/core/messages.py).
+SERVER_FRAME = msgspec.json.Decoder(messages.PointsFrame | messages.TablesFrame | messages.StateFrame)
+
+
 async def next_of(ws, kind: str, seconds: float = 10.0) -> dict:
     async with asyncio.timeout(seconds):
         while True:
-            message = json.loads(await ws.recv())
+            raw = await ws.recv()
+            SERVER_FRAME.decode(raw)
+            message = json.loads(raw)
             if message["type"] == kind:
                 return message
 
@@ -663,7 +673,7 @@ def record(run: ControlRun, number: int, metrics: dict) -> None:
         connection.close()
 
 
-def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
+def test_live_points_reach_the_socket_coalesced_and_fast(coordinator, tmp_path):
     campaign = make_campaign()
     run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
     latencies = []
@@ -671,6 +681,9 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
     async def scenario():
         ws = await open_dashboard(coordinator, campaign.pk)
         await ws.send(json.dumps({"type": "watch", "agents": [f"control:{run.pk}"]}))
+        # An event that is not its declaration is dropped where it arrives; the socket goes on.
+        malformed = {"type": "metrics.points", "points": [{"round": 7}]}
+        await get_channel_layer().group_send(campaign_group(campaign.pk), malformed)
         await asyncio.sleep(0.5)
         for number in range(3):
             stored = time.time()
@@ -711,6 +724,7 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator):
     asyncio.run(scenario())
     print(f"live update latencies (s): {[round(x, 3) for x in latencies]}")
     assert max(latencies) < 2.0
+    assert "dropped a malformed metrics.points event" in (tmp_path / "daphne.log").read_text()
 
 
 def test_private_campaigns_are_not_streamed_to_anonymous_viewers(coordinator):

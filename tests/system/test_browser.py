@@ -26,6 +26,8 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -123,40 +125,8 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         SWARM_MODEL_CACHE=str(tiny_1m_dir.parent),
     )
     try:
-        try:
+        with dump_on_failure(page, campaign, tmp_path):
             page.wait_for_function("() => window.swarmDashboard.pointsReceived > 0", timeout=180_000)
-        except Exception:
-            print("--- worker log\n" + (tmp_path / "worker.log").read_text()[-3000:])
-            print("--- coordinator log\n" + (tmp_path / "daphne.log").read_text()[-6000:])
-            print(
-                "--- dashboard state\n"
-                + repr(
-                    page.evaluate(
-                        "({messages: swarmDashboard.messages, reconnects: swarmDashboard.reconnects,"
-                        " errors: swarmDashboard.errors, socketOpen: swarmDashboard.socketOpen})"
-                    )
-                )
-            )
-            print(
-                "--- stored\n"
-                + repr(
-                    list(
-                        RoundMetrics.objects.filter(campaign=campaign).values_list(
-                            "id", "arm", "tier", "round", "reward"
-                        )
-                    )
-                )
-            )
-            print(
-                repr(
-                    list(
-                        RoundAggregate.objects.filter(campaign=campaign).values_list(
-                            "source_id", "arm", "tier", "round", "agents"
-                        )
-                    )
-                )
-            )
-            raise
         received_ms = page.evaluate("window.swarmDashboard.firstPointAt")
         assert page.evaluate("window.__sameDocument") is True
         swarm_points = page.evaluate(
@@ -169,7 +139,8 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         print(f"browser live update latency: {latency:.3f} s after the report was stored")
         assert latency < LIVE_BOUND_SECONDS
         # More rounds and the workers table follow (tables every few seconds), still no reload.
-        page.wait_for_function("() => window.swarmDashboard.pointsReceived >= 3", timeout=120_000)
+        with dump_on_failure(page, campaign, tmp_path):
+            page.wait_for_function("() => window.swarmDashboard.pointsReceived >= 3", timeout=120_000)
         page.wait_for_function(
             "() => document.querySelectorAll('#workers tbody tr').length >= 1", timeout=30_000
         )
@@ -232,6 +203,31 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
     for width in (1280, 390):
         assert (ARTIFACTS / f"dashboard-{width}.png").stat().st_size > 10_000
     assert os.path.getsize(tmp_path / "worker.log") > 0
+
+
+@contextmanager
+def dump_on_failure(page, campaign: Campaign, tmp_path: Path) -> Iterator[None]:
+    """On a failed live wait, print what each side saw: the worker's and the coordinator's logs,
+    the page's socket counters and what the database stored."""
+    try:
+        yield
+    except Exception:
+        print("--- worker log\n" + (tmp_path / "worker.log").read_text()[-3000:])
+        print("--- coordinator log\n" + (tmp_path / "daphne.log").read_text()[-6000:])
+        state = page.evaluate(
+            "({messages: swarmDashboard.messages, reconnects: swarmDashboard.reconnects,"
+            " errors: swarmDashboard.errors, socketOpen: swarmDashboard.socketOpen,"
+            " pointsReceived: swarmDashboard.pointsReceived})"
+        )
+        print(f"--- dashboard state\n{state!r}")
+        stored = RoundMetrics.objects.filter(campaign=campaign).values_list(
+            "id", "arm", "tier", "round", "reward"
+        )
+        aggregates = RoundAggregate.objects.filter(campaign=campaign).values_list(
+            "source_id", "arm", "tier", "round", "agents"
+        )
+        print(f"--- stored\n{list(stored)!r}\n{list(aggregates)!r}")
+        raise
 
 
 def check_layout(page, width: int) -> None:
