@@ -9,13 +9,10 @@
   "use strict";
 
   const config = JSON.parse(document.getElementById("dashboard-config").textContent);
-  // The arms in the page's order; their labels come from the server (dashboard.ARM_LABELS) with
-  // every tables message, these are the same words until the first one arrives.
-  const ARMS = ["swarm", "isolated", "filtered", "self", "dyn"];
-  const LABELS = {
-    swarm: "swarm", isolated: "isolated (J = 0)", filtered: "filtered isolated",
-    self: "self-replay", dyn: "over-generation",
-  };
+  // The arms in the page's order and their labels, from the server's one definition
+  // (series.ARM_LABELS), in the page's config and again with every tables message.
+  const ARMS = config.arms.map((a) => a.arm);
+  const LABELS = Object.fromEntries(config.arms.map((a) => [a.arm, a.label]));
   const COLORS = { swarm: "#2f6fde", isolated: "#d9822b", filtered: "#2a9d8f", self: "#9b5de5", dyn: "#c0392b" };
   const BANDS = {
     swarm: "rgba(47,111,222,0.15)", isolated: "rgba(217,130,43,0.15)", filtered: "rgba(42,157,143,0.15)",

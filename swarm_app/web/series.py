@@ -16,8 +16,9 @@ from swarm_app.campaigns.models import AgentBlock, Arm, Campaign, ControlRun, Ro
 from swarm_app.coordinator.models import WorkerNode
 
 MAX_POINTS = 500
-# Fewer resamples than the study's report: the interval is recomputed on every page load.
-BOOTSTRAP_RESAMPLES = 2000
+# Fewer resamples than the study's reports (stats.BOOTSTRAP_RESAMPLES, 10,000): a page's
+# intervals are recomputed on every load.
+PAGE_BOOTSTRAP_RESAMPLES = 2000
 # The swarm and the control kinds, in the order the page shows them (worker.shared.arms.CONTROL_KINDS).
 ARMS = (Arm.SWARM, Arm.ISOLATED, Arm.FILTERED, Arm.SELF, Arm.DYN)
 CONTROL_ARMS = ARMS[1:]

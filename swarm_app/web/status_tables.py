@@ -16,9 +16,9 @@ from swarm_app.web.estimates import (
     interval_note,
 )
 from swarm_app.web.series import (
-    BOOTSTRAP_RESAMPLES,
     CONTROL_ARMS,
     GIB,
+    PAGE_BOOTSTRAP_RESAMPLES,
     tiers_of,
 )
 from worker.shared import stats
@@ -99,7 +99,7 @@ def external_share(campaign: Campaign, tier: str, rows: list[tuple]) -> dict[str
             used.append(float(local) + float(ext))
     if not used or sum(used) == 0:
         return None
-    interval = stats.paired_ratio_interval(external, used, BOOTSTRAP_RESAMPLES) if len(used) >= 2 else None
+    interval = stats.paired_ratio_interval(external, used, PAGE_BOOTSTRAP_RESAMPLES) if len(used) >= 2 else None
     return {
         "round": number,
         "share": sum(external) / sum(used),

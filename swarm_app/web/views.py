@@ -123,6 +123,8 @@ def campaign_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "socket": f"/ws/campaigns/{campaign.pk}/",
                 "staff": request.user.is_staff,
                 "actions_by_state": lifecycle.actions_by_state(),
+                # the arms in the page's order with their labels: one definition (series.ARM_LABELS)
+                "arms": [{"arm": arm.value, "label": series.ARM_LABELS[arm]} for arm in series.ARMS],
             },
         },
     )

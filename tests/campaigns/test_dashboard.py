@@ -545,7 +545,7 @@ def test_the_external_share_is_shown_per_tier_with_its_interval_and_n(db):
     assert small["round"] == 1 and small["agents"] == 4 and small["note"] is None
     assert small["share"] == pytest.approx(12 / 32)
     assert small["low"] < small["share"] < small["high"]
-    expected = stats.paired_ratio_interval([0, 2, 4, 6], [8] * 4, series.BOOTSTRAP_RESAMPLES)
+    expected = stats.paired_ratio_interval([0, 2, 4, 6], [8] * 4, series.PAGE_BOOTSTRAP_RESAMPLES)
     assert (small["low"], small["high"]) == pytest.approx((expected[0] + 1, expected[1] + 1))
     assert large["share"] == large["low"] == large["high"] == pytest.approx(1 / 8) and large["agents"] == 3
     assert pool["series"]["tiny-1m"]["external"] == pytest.approx([0.0, 12 / 32])
