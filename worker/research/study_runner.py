@@ -57,6 +57,11 @@ from worker.shared.files import write_json_atomic
 
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)
 
+# What runs a study's cells: :func:`run_cells` (local processes) or any callable of its signature,
+# such as the Celery executor (study_queue/submit.py, ``swarm-worker study --executor celery``).
+Cell = tuple[Any, dict[str, Any], str, int]
+CellExecutor = Callable[[list[Cell], int, bool, Callable[[Any, dict[str, Any]], None]], None]
+
 
 def _set_one_thread() -> None:
     """One torch thread per process: on 2 cores, processes with several threads each contend
@@ -453,13 +458,16 @@ def run_study(
     verbose: bool = False,
     log: Callable[[str], None] = print,
     allow_dirty: bool = False,
+    executor: CellExecutor | None = None,
 ) -> dict[str, Any]:
     """Run every missing cell of ``config`` into ``out`` (resuming it) and return the results.
 
     ``jobs`` > 1 runs cells in that many processes of one torch thread each (spawned, so no
     process inherits another's torch state); results are written by this process only. A tree
     with uncommitted changes to tracked files is refused unless ``allow_dirty`` (the module
-    docstring: provenance).
+    docstring: provenance). ``executor`` runs the cells instead of :func:`run_cells` (the same
+    signature); a cell's own ``provenance`` (commit, diff, model, times: a remote machine's)
+    overrides this tree's.
     """
     _set_one_thread()
     results = _open_results(out, config)
@@ -532,7 +540,7 @@ def run_study(
             f"about {eta / 60:.0f} min left"
         )
 
-    run_cells(
+    (executor or run_cells)(
         [((name, seed), settings, name, seed) for name, seed in todo],
         jobs,
         verbose,
@@ -542,7 +550,7 @@ def run_study(
 
 
 def run_cells(
-    cells: list[tuple[Any, dict[str, Any], str, int]],
+    cells: list[Cell],
     jobs: int,
     verbose: bool,
     record: Callable[[Any, dict[str, Any]], None],
