@@ -143,17 +143,19 @@ def run_study_cell(
     if client.exists(keys.result):  # finished between the two looks: its claim was released
         client.eval(_RELEASE, 1, keys.claim, holder)
         return "done"
+    device = os.environ.get("SWARM_STUDY_DEVICE", "cpu")  # this worker's (docs/study-queue.md)
     attempt = client.incr(keys.attempts)
     client.expire(keys.attempts, RESULT_TTL)
     heartbeat = _Heartbeat(client, keys.claim, holder, claim_ttl)
     heartbeat.start()
     try:
-        record = run_cell(settings, arm, seed, verbose)
+        record = run_cell(settings, arm, seed, verbose, device)
         # This machine's code and model, not the submitter's (worker/research/study_runner.py).
         record["provenance"] = {
             **tree_state(),
             "worker": f"{socket.gethostname()}:{os.getpid()}",
             "attempt": attempt,
+            "device": device,
             **record["provenance"],
         }
         client.set(keys.result, json.dumps(record), nx=True, ex=RESULT_TTL)

@@ -190,6 +190,7 @@ def test_a_study_on_two_celery_workers_survives_a_sigkill_and_equals_a_local_run
     # each cell records the machine that ran it: its worker's commit, model and clock
     for record in provenance.values():
         assert {"commit", "diff_sha256", "model_sha256", "started", "ended", "worker"} <= set(record)
+        assert record["device"] == "cpu"
     # the same cells run locally, in this process: the same numbers
     local = run_study(study_config(), tmp_path / "local.json", jobs=1, log=lambda _: None, allow_dirty=True)
     assert comparable(celery) == comparable(local)
