@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kombu.utils.url import maybe_sanitize_url
+
 from study_queue.tasks import CLAIM_TTL, CellKeys, app, broker_url, client_for, run_study_cell
 from worker.research.study import StudyError
 from worker.research.study_runner import Cell
@@ -55,6 +57,7 @@ class CeleryExecutor:
         attempts: int = ATTEMPTS,
     ) -> None:
         self.broker = broker_url(broker)
+        self.shown = maybe_sanitize_url(self.broker)  # its password masked, for the log
         app.conf.broker_url = self.broker
         self.namespace = hashlib.sha256(f"{socket.gethostname()}:{out.resolve()}".encode()).hexdigest()[:16]
         self.log = log
@@ -76,7 +79,7 @@ class CeleryExecutor:
         try:
             client.ping()
         except Exception as error:
-            raise StudyError(f"the study queue's broker {self.broker} does not answer: {error}") from None
+            raise StudyError(f"the study queue's broker {self.shown} does not answer: {error}") from None
         waiting: dict[str, tuple[Any, dict[str, Any], str, int]] = {}
         sent_at_attempt: dict[str, int] = {}  # the attempts counter when the cell was last sent
         tries: dict[str, int] = {}
@@ -101,7 +104,7 @@ class CeleryExecutor:
                 send(cell)
             else:  # stored while no submitter watched, or still running: never sent twice
                 sent_at_attempt[cell], tries[cell] = int(attempts or 0), 1
-        self.log(f"{len(waiting)} cells on the study queue ({self.broker}, namespace {self.namespace})")
+        self.log(f"{len(waiting)} cells on the study queue ({self.shown}, namespace {self.namespace})")
         while waiting:
             for cell in list(waiting):
                 keys = CellKeys(self.namespace, cell)

@@ -225,3 +225,51 @@ def test_a_failing_cell_is_sent_again_then_reported(broker: str, tmp_path: Path)
     client = redis.Redis.from_url(broker, decode_responses=True)
     cell = cell_id(("no-such-arm", 0), settings, "no-such-arm", 0)
     assert client.get(f"swarm-study:{executor.namespace}:{cell}:attempts") == "2"
+
+
+def wait_ready(log_path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while b" ready." not in log_path.read_bytes():
+        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(240)
+def test_a_cell_delivered_twice_runs_once(broker: str, tmp_path: Path) -> None:
+    """The same cell's task on two idle workers at once (a message the submitter sent again, or
+    that Redis redelivered): one claims and runs it, the other finds it claimed and does nothing."""
+    import redis
+
+    from study_queue.submit import CeleryExecutor, cell_id
+    from study_queue.tasks import run_study_cell
+
+    namespace = CeleryExecutor(tmp_path / "twice.json", broker=broker).namespace
+    settings = study_config().settings()
+    cell = cell_id(("8/0", 0), settings, "8/0", 0)
+    client = redis.Redis.from_url(broker, decode_responses=True)
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    workers = [
+        start_worker(name, tmp_path / name, broker, log)
+        for name, log in zip(["worker-a", "worker-b"], logs, strict=True)
+    ]
+    try:
+        for worker, log in zip(workers, logs, strict=True):
+            wait_ready(log, worker)
+        for _ in range(2):
+            run_study_cell.apply_async((namespace, cell, settings, "8/0", 0, False, CLAIM_TTL), queue="study")
+        deadline = time.monotonic() + 180
+        outcomes: list[str] = []
+        while len(outcomes) < 2:
+            assert time.monotonic() < deadline, [log.read_text()[-2000:] for log in logs]
+            outcomes = [
+                o for log in logs for o in ("ran", "claimed", "done") if f": '{o}'" in log.read_text()
+            ]
+            time.sleep(0.2)
+    finally:
+        for worker in workers:
+            stop(worker)
+    assert sorted(outcomes) == ["claimed", "ran"]
+    assert client.get(f"swarm-study:{namespace}:{cell}:attempts") == "1"
+    assert (
+        json.loads(client.get(f"swarm-study:{namespace}:{cell}:result") or "{}")["provenance"]["attempt"] == 1
+    )
