@@ -26,7 +26,7 @@ from typing import Any
 
 from kombu.utils.url import maybe_sanitize_url
 
-from study_queue.tasks import CLAIM_TTL, CellKeys, app, broker_url, client_for, run_study_cell
+from study_queue.tasks import CLAIM_TTL, QUEUE, CellKeys, app, broker_url, client_for, run_study_cell
 from worker.research.study import StudyError
 from worker.research.study_runner import Cell
 
@@ -92,7 +92,7 @@ class CeleryExecutor:
             sent_at_attempt[cell] = int(client.get(keys.attempts) or 0)
             tries[cell] = tries.get(cell, 0) + 1
             run_study_cell.apply_async(
-                (self.namespace, cell, settings, arm, seed, verbose, self.claim_ttl), queue="study"
+                (self.namespace, cell, settings, arm, seed, verbose, self.claim_ttl), queue=QUEUE
             )
 
         for key, settings, arm, seed in cells:
