@@ -99,7 +99,9 @@ def external_share(campaign: Campaign, tier: str, rows: list[tuple]) -> dict[str
             used.append(float(local) + float(ext))
     if not used or sum(used) == 0:
         return None
-    interval = stats.paired_ratio_interval(external, used, PAGE_BOOTSTRAP_RESAMPLES) if len(used) >= 2 else None
+    interval = (
+        stats.paired_ratio_interval(external, used, PAGE_BOOTSTRAP_RESAMPLES) if len(used) >= 2 else None
+    )
     return {
         "round": number,
         "share": sum(external) / sum(used),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from worker.cli import executors
 from worker.research.heterogeneous import OUT, QUICK_OUT, HeterogeneousConfig, run_heterogeneous
 from worker.research.study import StudyError
 from worker.research.study_runner import DEFAULT_JOBS
@@ -38,12 +39,19 @@ def cmd_heterogeneous(args: argparse.Namespace) -> int:
     sizes = " + ".join(f"{config.agents_per_tier} {t}" for t in config.tiers)
     print(
         f"heterogeneous swarm: {sizes} agents, arms mixed / by-size / 8/0 ({config.swarm_arm}), "
-        f"{len(config.seeds)} seeds x {config.rounds} rounds, {args.jobs} process(es) -> {out}",
+        f"{len(config.seeds)} seeds x {config.rounds} rounds, "
+        f"{f'{args.jobs} process(es)' if args.executor == 'local' else 'the study queue'} -> {out}",
         flush=True,
     )
+    log = lambda m: print(m, flush=True)  # noqa: E731
     try:
         run_heterogeneous(
-            config, out, jobs=args.jobs, verbose=args.verbose, log=lambda m: print(m, flush=True)
+            config,
+            out,
+            jobs=args.jobs,
+            verbose=args.verbose,
+            log=log,
+            executor=executors.cell_executor(args, out, log),
         )
     except StudyError as error:
         print(f"swarm-worker heterogeneous: {error}", file=sys.stderr)
@@ -90,5 +98,6 @@ def add_parser(sub: Any) -> None:
         "--swarm-arm", default=None, help=f"the sharing arms' rule, a study arm (default {full.swarm_arm})"
     )
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="processes (one torch thread each)")
+    executors.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.set_defaults(func=cmd_heterogeneous)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from worker.cli import executors
 from worker.cli.defaults import fill_defaults, formatter
 from worker.research.study import (
     ARM_ORDER,
@@ -71,16 +72,19 @@ def cmd_study(args: argparse.Namespace) -> int:
             f"{len(config.seeds)} seeds (arms outside {', '.join(config.required_arms)}: "
             f"{len(config.seeds_of('6/2'))}), B = {config.questions_per_round}, {config.agents} "
             f"agents x {config.rounds} rounds = {config.agent_rounds()} agent-rounds, G = {config.group_size}, "
-            f"{config.max_new_tokens} tokens, {config.tier}, {jobs} process(es) -> {out}",
+            f"{config.max_new_tokens} tokens, {config.tier}, "
+            f"{f'{jobs} process(es)' if args.executor == 'local' else 'the study queue'} -> {out}",
             flush=True,
         )
+        log = lambda m: print(m, flush=True)  # noqa: E731
         run_study(
             config,
             out,
             jobs=jobs,
             verbose=args.verbose,
-            log=lambda m: print(m, flush=True),
+            log=log,
             allow_dirty=args.allow_dirty or args.quick,
+            executor=executors.cell_executor(args, out, log),
         )
     except StudyError as error:
         print(f"swarm-worker study: {error}", file=sys.stderr)
@@ -215,6 +219,7 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help=f"processes, one torch thread each (default: min(2, CPUs), {DEFAULT_JOBS} here; --quick 1)",
     )
+    executors.add_arguments(study)
     study.add_argument(
         "--allow-dirty",
         action="store_true",

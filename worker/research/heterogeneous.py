@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.research.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
-from worker.research.study_runner import model_build, resume, run_cells, versions
+from worker.research.study_runner import CellExecutor, model_build, resume, run_cells, versions
 from worker.shared.files import write_json_atomic
 
 DESIGN = "heterogeneous"
@@ -214,8 +214,10 @@ def run_heterogeneous(
     jobs: int = 1,
     verbose: bool = False,
     log: Callable[[str], None] = print,
+    executor: CellExecutor | None = None,
 ) -> dict[str, Any]:
-    """Run every missing cell (seed by seed, all arms of a seed first) into ``out``, resuming it."""
+    """Run every missing cell (seed by seed, all arms of a seed first) into ``out``, resuming it;
+    ``executor`` runs the cells instead of :func:`worker.research.study_runner.run_cells`."""
     results = _open(out, config)
     cfg = results["config"]
     todo = [
@@ -260,5 +262,5 @@ def run_heterogeneous(
     for arm, seed in todo:
         settings, study_arm = config.cell_settings(arm)
         cells.append(((arm, seed), settings, study_arm, seed))
-    run_cells(cells, jobs, verbose, record)
+    (executor or run_cells)(cells, jobs, verbose, record)
     return results

@@ -57,6 +57,10 @@ from worker.shared.files import write_json_atomic
 
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)
 
+# What runs cells: run_cells, or a callable like it (study_queue/submit.py: --executor celery).
+Cell = tuple[Any, dict[str, Any], str, int]
+CellExecutor = Callable[[list[Cell], int, bool, Callable[[Any, dict[str, Any]], None]], None]
+
 
 def _set_one_thread() -> None:
     """One torch thread per process: on 2 cores, processes with several threads each contend
@@ -66,10 +70,13 @@ def _set_one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool = False) -> dict[str, Any]:
+def run_cell(
+    settings: dict[str, Any], arm_name: str, seed: int, verbose: bool = False, device: str = "cpu"
+) -> dict[str, Any]:
     """Run one (arm, seed) and return its curve, cumulative reward and cost.
 
-    A module-level function of plain data so a process pool can run it.
+    A module-level function of plain data so a process pool can run it. ``device``: where its
+    agents train and generate (a study queue worker's ``SWARM_STUDY_DEVICE``; local runs: cpu).
     """
     _set_one_thread()
     from worker.research.held_out import HeldOut
@@ -102,6 +109,7 @@ def run_cell(settings: dict[str, Any], arm_name: str, seed: int, verbose: bool =
         agent=agent,
         pool_window=settings["pool_window"],
         backend="transformers",  # the CPU study; vLLM agents would not be one thread each
+        device=device,
         # a heterogeneous swarm (worker/research/heterogeneous.py): agent i's tier, pools per tier
         tiers=settings.get("tiers"),
         pool_per_tier=settings.get("pool_per_tier", False),
@@ -453,13 +461,15 @@ def run_study(
     verbose: bool = False,
     log: Callable[[str], None] = print,
     allow_dirty: bool = False,
+    executor: CellExecutor | None = None,
 ) -> dict[str, Any]:
     """Run every missing cell of ``config`` into ``out`` (resuming it) and return the results.
 
     ``jobs`` > 1 runs cells in that many processes of one torch thread each (spawned, so no
     process inherits another's torch state); results are written by this process only. A tree
     with uncommitted changes to tracked files is refused unless ``allow_dirty`` (the module
-    docstring: provenance).
+    docstring: provenance). ``executor`` runs the cells instead of :func:`run_cells`; a cell's own
+    ``provenance`` (commit, diff, model, times: a remote machine's) overrides this tree's.
     """
     _set_one_thread()
     results = _open_results(out, config)
@@ -532,7 +542,7 @@ def run_study(
             f"about {eta / 60:.0f} min left"
         )
 
-    run_cells(
+    (executor or run_cells)(
         [((name, seed), settings, name, seed) for name, seed in todo],
         jobs,
         verbose,
@@ -542,10 +552,7 @@ def run_study(
 
 
 def run_cells(
-    cells: list[tuple[Any, dict[str, Any], str, int]],
-    jobs: int,
-    verbose: bool,
-    record: Callable[[Any, dict[str, Any]], None],
+    cells: list[Cell], jobs: int, verbose: bool, record: Callable[[Any, dict[str, Any]], None]
 ) -> None:
     """:func:`run_cell` each (key, settings, arm, seed) in order, in ``jobs`` processes of one
     torch thread each (spawned, so no process inherits another's torch state) when ``jobs`` > 1;
