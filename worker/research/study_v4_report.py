@@ -293,7 +293,7 @@ def write_report(
         if sources.get("v3"):
             lines.append(
                 f"- {arm}: training reward from {sources.get('v4', 0)} v4 cell(s) and {sources['v3']} "
-                "of v3's (not rerun yet; bit-identical where rerun)."
+                "of v3's (not rerun yet; each rerun is compared with v3's cell above)."
             )
     lines += ["", "## Setup", ""]
     lines += [

@@ -68,7 +68,7 @@ def test_the_report_states_what_the_preregistered_rows_show_and_nothing_else(tmp
     )
     assert "4/4@B4-age - 4/4@B4" not in words and "backfill-self - 8/0" not in words  # exploratory
     assert "| 4/4-is - 8/0 (6 seeds seen in v3) |" in text
-    assert "- 8/0: training reward from 9 v4 cell(s) and 1 of v3's" in text
+    assert "- 8/0: training reward from 9 v4 cell(s) and 1 of v3's (not rerun yet" in text
     assert "**1 differ**: backfill seed 3." in text
     assert "4/4@B4 - 4/0@B4: training +0.23, held-out +0.053: the same sign." in text
     assert (tmp_path / "v4-accuracy.png").stat().st_size > 1000
