@@ -16,7 +16,6 @@ docs/messages.md's reference is generated from the declarations
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -24,6 +23,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from worker.shared.protocol import ErrorCode
+from worker.shared.schema_docs import definitions_section, schema_entry
 
 log = logging.getLogger(__name__)
 
@@ -241,26 +241,8 @@ def render_docs() -> str:
     for title, classes in groups:
         lines += [f"### {title}", ""]
         for cls in classes:
-            schema = dict(schemas[cls])
-            description = schema.pop("description", "")
-            schema.pop("title", None)
-            tag = cls.__struct_config__.tag or "watch"
-            lines += [
-                f"#### `{tag}`",
-                "",
-                description,
-                "",
-                "```json",
-                json.dumps(schema, indent=2),
-                "```",
-                "",
-            ]
-    lines += ["### Definitions", ""]
-    for name, schema in sorted(definitions.items()):
-        schema = dict(schema)
-        description = schema.pop("description", "")
-        schema.pop("title", None)
-        lines += [f"#### `{name}`", "", description, "", "```json", json.dumps(schema, indent=2), "```", ""]
+            lines += schema_entry(cls.__struct_config__.tag or "watch", schemas[cls])
+    lines += definitions_section(definitions)
     return "\n".join(lines) + "\n"
 
 

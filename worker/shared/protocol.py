@@ -27,7 +27,6 @@ requests (submit, metrics) instead of four. Every version-1 request stays valid 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from enum import StrEnum
@@ -41,6 +40,7 @@ from worker.shared.campaign import CampaignConfig
 from worker.shared.evaluation import MAX_EVAL_ANSWER_CHARS, MAX_EVAL_QUESTIONS
 from worker.shared.questions import QuestionRef
 from worker.shared.rollout import Rollout
+from worker.shared.schema_docs import definitions_section, schema_entry
 from worker.shared.tiers import ModelSpec
 
 PROTOCOL_VERSION = 2  # the newest; SUPPORTED_VERSIONS are those both sides still speak
@@ -652,19 +652,10 @@ def render_docs() -> str:
     ):
         lines += [f"### {title}", ""]
         for tag in specs:
-            schema = dict(schemas[tag])
-            description = schema.pop("description", "")
-            schema.pop("title", None)
             answer = REPLIES.get(specs[tag])
             reply = f" Answered by `{answer.__struct_config__.tag}` (or `error`)." if answer else ""
-            lines += [f"#### `{tag}`", "", description + reply, "", "```json"]
-            lines += [json.dumps(schema, indent=2), "```", ""]
-    lines += ["### Definitions", ""]
-    for name, schema in sorted(definitions.items()):
-        schema = dict(schema)
-        description = schema.pop("description", "")
-        schema.pop("title", None)
-        lines += [f"#### `{name}`", "", description, "", "```json", json.dumps(schema, indent=2), "```", ""]
+            lines += schema_entry(tag, schemas[tag], reply)
+    lines += definitions_section(definitions)
     lines += ["### Error codes", "", "| code | meaning |", "|---|---|"]
     lines += [f"| `{code.value}` | {ERROR_MEANINGS[code]} |" for code in ErrorCode]
     return "\n".join(lines) + "\n"
