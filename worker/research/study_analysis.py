@@ -221,15 +221,20 @@ class Estimate:
 
     @property
     def side(self) -> int:
-        """+1 when both intervals lie above 0, -1 when both lie below, 0 otherwise (or n < 2):
-        the rule for a sign this report calls established."""
-        if self.n < 2 or self.interval is None or self.t_interval is None:
-            return 0
-        if self.interval[0] > 0 and self.t_interval[0] > 0:
-            return 1
-        if self.interval[1] < 0 and self.t_interval[1] < 0:
-            return -1
+        """:func:`established_side` of the two intervals (0 with n < 2)."""
+        return established_side(self.interval, self.t_interval) if self.n >= 2 else 0
+
+
+def established_side(interval: tuple[float, float] | None, t_interval: tuple[float, float] | None) -> int:
+    """+1 when both 95% intervals (percentile bootstrap and t) lie above 0, -1 when both lie
+    below, 0 otherwise: the rule for a sign the study reports call established."""
+    if interval is None or t_interval is None:
         return 0
+    if interval[0] > 0 and t_interval[0] > 0:
+        return 1
+    if interval[1] < 0 and t_interval[1] < 0:
+        return -1
+    return 0
 
 
 def estimate(values: list[float], resamples: int = stats.BOOTSTRAP_RESAMPLES) -> Estimate:

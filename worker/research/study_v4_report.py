@@ -36,6 +36,7 @@ from worker.research.study import (
     V4_SEEN_SEEDS,
     seed_key,
 )
+from worker.research.study_analysis import established_side
 from worker.shared import stats
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -63,14 +64,7 @@ class Paired:
 
     @property
     def side(self) -> int:
-        """+1 / -1 when both intervals exclude 0 on that side, else 0."""
-        if self.interval is None or self.t_interval is None:
-            return 0
-        if self.interval[0] > 0 and self.t_interval[0] > 0:
-            return 1
-        if self.interval[1] < 0 and self.t_interval[1] < 0:
-            return -1
-        return 0
+        return established_side(self.interval, self.t_interval)
 
     def shown(self, alpha: float = 0.05) -> int:
         """The sign a pre-registered row shows: Holm p <= alpha and both intervals on one side."""
