@@ -22,6 +22,7 @@ from worker import __version__
 from worker.cli import campaign, heterogeneous
 from worker.cli import study as study_commands
 from worker.cli.defaults import fill_defaults, formatter
+from worker.shared.config import DEFAULT_POOL_WINDOW
 
 # Options whose default is a setting's own (worker/cli/defaults.py).
 SIMULATE_DEFAULTS = {
@@ -300,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(I/J-self: J from the agent's own last pool-window/agents groups), dyn (over-generation "
         "to I + J informative groups, at most 2 (I + J) questions); implies --controls",
     )
-    sim.add_argument("--pool-window", type=int, default=256, help="rollouts the pool samples from")
+    sim.add_argument(
+        "--pool-window", type=int, default=DEFAULT_POOL_WINDOW, help="rollouts the pool samples from"
+    )
     sim.add_argument(
         "--external-is",
         action="store_true",

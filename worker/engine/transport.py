@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from worker.shared.config import DEFAULT_POOL_WINDOW
 from worker.shared.paired import extra_refs, round_refs
 from worker.shared.questions import Question, TaskMix, question
 from worker.shared.rewards import RewardConfig, rewards
@@ -58,7 +59,7 @@ class RolloutPool:
     policy stop being replayed.
     """
 
-    def __init__(self, window: int = 256) -> None:
+    def __init__(self, window: int = DEFAULT_POOL_WINDOW) -> None:
         self.window = window
         self.rollouts: deque[Rollout] = deque(maxlen=window)
 

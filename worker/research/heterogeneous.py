@@ -53,6 +53,7 @@ from typing import Any
 
 from worker.research.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
 from worker.research.study_runner import CellExecutor, model_build, resume, run_cells, versions
+from worker.shared.config import DEFAULT_POOL_WINDOW
 from worker.shared.files import write_json_atomic
 
 DESIGN = "heterogeneous"
@@ -89,7 +90,7 @@ class HeterogeneousConfig:
     num_iterations: int = 1
     temperature: float = 1.0
     beta: float = 0.0
-    pool_window: int = 256  # of the mixed pool; a per-size pool gets its share of the agents
+    pool_window: int = DEFAULT_POOL_WINDOW  # of the mixed pool; a per-size pool gets its share of the agents
     learning_rate: float | None = None  # None: the tiers' (they must agree)
     quick: bool = False
 

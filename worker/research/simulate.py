@@ -25,7 +25,7 @@ from worker.engine.hardware import detect
 from worker.engine.policy import load_policy, resolve
 from worker.engine.transport import LocalTransport, RolloutPool
 from worker.shared.arms import Arm
-from worker.shared.config import AgentConfig, stable_seed
+from worker.shared.config import DEFAULT_POOL_WINDOW, AgentConfig, stable_seed
 from worker.shared.files import write_json_atomic
 from worker.shared.questions import TaskMix
 from worker.shared.tiers import model_cache_dir, tier
@@ -39,7 +39,7 @@ class SimulationConfig:
     seed: int
     mix: TaskMix
     agent: AgentConfig  # I, J and strategies are overridden per arm
-    pool_window: int = 256  # rollouts: the most recent ones are sampled
+    pool_window: int = DEFAULT_POOL_WINDOW  # rollouts: the most recent ones are sampled
     checkpoint_every: int = 0  # rounds; 0 = never
     backend: str = "transformers"  # generation backend of every agent: transformers, vllm or auto
     device: str = "cpu"  # where every agent's policy trains (and generates): cpu or cuda

@@ -149,6 +149,7 @@ from worker.shared.arms import (
     study_v4_arms,
     with_questions,
 )
+from worker.shared.config import DEFAULT_POOL_WINDOW
 
 # The paper's Table (8 agents, Qwen2.5-0.5B, 2000 rounds, G = 8, one run).
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
@@ -347,7 +348,7 @@ class StudyConfig:
     num_iterations: int = 1
     temperature: float = 1.0
     beta: float = 0.0
-    pool_window: int = 256
+    pool_window: int = DEFAULT_POOL_WINDOW
     arms: list[str] | None = None  # None: the design's default arms
     quick: bool = False
     # B of every arm that does not fix its own (``@B<n>``, e.g. 4/4@B4); any B >= 1 for which
@@ -491,7 +492,7 @@ def arm_by_name(
     self_window: int | None = None,
     max_questions: int | None = None,
     decay_rounds: int | None = None,
-    pool_window: int = 256,
+    pool_window: int = DEFAULT_POOL_WINDOW,
     agents: int = 8,
     backfill_self_window: int = V4_BACKFILL_SELF_WINDOW,
 ) -> dict[str, Arm]:
@@ -513,7 +514,7 @@ def resolve_arm(
     self_window: int | None = None,
     max_questions: int | None = None,
     decay_rounds: int | None = None,
-    pool_window: int = 256,
+    pool_window: int = DEFAULT_POOL_WINDOW,
     agents: int = 8,
     backfill_self_window: int = V4_BACKFILL_SELF_WINDOW,
 ) -> Arm:

@@ -35,7 +35,7 @@ from worker.shared.arms import (
     with_questions,
 )
 from worker.shared.campaign_controls import ControlsConfig
-from worker.shared.config import AgentConfig, GRPOConfig, grpo_rules
+from worker.shared.config import DEFAULT_POOL_WINDOW, AgentConfig, GRPOConfig, grpo_rules
 from worker.shared.declaration import declared, setting_problems, settings_table
 from worker.shared.evaluation import MAX_EVAL_QUESTIONS
 from worker.shared.prompts import system_prompt
@@ -202,7 +202,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="external rollouts are drawn from the pool's most recent N (the draw reads at most this "
             "many rows; 100,000 is 400 times the default)",
         ),
-    ] = 256
+    ] = DEFAULT_POOL_WINDOW
     pool_within_tier: Annotated[
         bool, Meta(description="draw only the node's own tier's rollouts (text crosses tiers by default)")
     ] = False

@@ -24,6 +24,9 @@ except ImportError:  # the GPU machine's bare Python (bench/gpu_check.py's learn
 
 from worker.shared.sampling import BATCH_RULES, check_strategy
 
+# Rollouts a pool's draw reaches: a campaign's default, and the simulator's and the studies'.
+DEFAULT_POOL_WINDOW = 256
+
 # TRL's vllm_importance_sampling_mode values (worker/engine/loss.py computes them).
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
