@@ -425,14 +425,7 @@ class StudyConfig:
 
     def arm_parameters(self) -> dict[str, Any]:
         """What :func:`resolve_arm` needs besides the name, as this study sets it."""
-        return {
-            "self_window": self.self_window,
-            "max_questions": self.max_questions,
-            "decay_rounds": self.decay_rounds,
-            "pool_window": self.pool_window,
-            "agents": self.agents,
-            "backfill_self_window": self.backfill_self_window,
-        }
+        return arm_parameters(asdict(self))
 
     def agent_base(self) -> Any:
         """The AgentConfig every arm of this study starts from (B, G, tokens; the arm sets I, J)."""
@@ -470,6 +463,16 @@ class StudyConfig:
     def agent_rounds(self) -> int:
         assert self.arms is not None
         return sum(len(self.seeds_of(a)) for a in self.arms) * self.agents * self.rounds
+
+
+def arm_parameters(settings: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`resolve_arm` needs besides an arm's name, from a study's settings (a results
+    file's, or a cell's; v2's and v3's have no ``backfill_self_window``: the default)."""
+    params = {key: settings.get(key) for key in ("self_window", "max_questions", "decay_rounds")}
+    params.update(pool_window=settings["pool_window"], agents=settings["agents"])
+    if "backfill_self_window" in settings:
+        params["backfill_self_window"] = settings["backfill_self_window"]
+    return params
 
 
 def order_arms(names: list[str]) -> list[str]:

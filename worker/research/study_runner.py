@@ -48,6 +48,7 @@ from worker.research.study import (
     WINDOWS,
     StudyConfig,
     StudyError,
+    arm_parameters,
     order_arms,
     resolve_arm,
     seed_key,
@@ -139,19 +140,7 @@ def run_cell(
 
         transformers_logging.disable_progress_bar()
     started = time.perf_counter()
-    arm = resolve_arm(
-        arm_name,
-        settings.get("self_window"),
-        settings.get("max_questions"),
-        settings.get("decay_rounds"),
-        settings["pool_window"],
-        settings["agents"],
-        **(
-            {"backfill_self_window": settings["backfill_self_window"]}
-            if "backfill_self_window" in settings
-            else {}
-        ),
-    )
+    arm = resolve_arm(arm_name, **arm_parameters(settings))
     held_out = (
         HeldOut(config.mix, seed, settings["held_out_per_task"], points, settings["max_new_tokens"])
         if (points := settings.get("held_out_points"))
