@@ -97,6 +97,8 @@ def check_sapo(cuda: bool, rounds: int = 3) -> dict[str, Any]:
             group_size=8,
             num_local=2,
             num_external=2,
+            local_strategy="uniform",
+            external_strategy="uniform",
             max_new_tokens=32,
             seed=index,
             grpo=GRPOConfig(learning_rate=spec.learning_rate),

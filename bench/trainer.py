@@ -140,6 +140,7 @@ def run_engine(work: Workload, expected_fingerprint: str, round_refs: list[list[
         group_size=work.group_size,
         num_local=work.questions,
         num_external=0,
+        local_strategy="uniform",
         max_new_tokens=work.max_new_tokens,
         seed=work.seed,
         grpo=EngineGRPOConfig(

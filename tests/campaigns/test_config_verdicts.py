@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from swarm_app.campaigns.models import Campaign
 from swarm_app.web.forms import FORM_FIELDS, FORM_SETTINGS, CampaignForm
 from worker.cli import main as cli
-from worker.cli.campaign import PROG, flag
+from worker.cli.campaign import PROG
+from worker.cli.declared import flag
 from worker.shared.campaign import SETTINGS, CampaignConfig, ConfigError
 from worker.shared.declaration import Setting
 

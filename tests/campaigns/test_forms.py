@@ -142,7 +142,7 @@ INVALID = [
     ({"tiers": ["gpt-5"]}, "tiers", "valid choice"),
     ({"group_size": "1"}, "group_size", "greater than or equal to 2"),
     ({"questions_per_round": "65"}, "questions_per_round", "less than or equal to 64"),
-    ({"num_local": "5"}, "num_local", "cannot exceed"),
+    ({"num_local": "5"}, "num_local", "I = 5 exceeds the 4 questions per round"),
     ({"num_external": "3", "batch_rule": "decay"}, "num_external", "decay rule ends at I + J = 5"),
     ({"batch_rule": "backfill", "local_strategy": "uniform"}, "local_strategy", "backfill fills"),
     ({"batch_rule": "sideways"}, "batch_rule", "valid choice"),

@@ -19,24 +19,8 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from worker import __version__
-from worker.cli import campaign, heterogeneous
+from worker.cli import campaign, heterogeneous, simulate
 from worker.cli import study as study_commands
-from worker.cli.defaults import fill_defaults, formatter
-from worker.shared.config import DEFAULT_POOL_WINDOW
-
-# Options whose default is a setting's own (worker/cli/defaults.py).
-SIMULATE_DEFAULTS = {
-    "questions": "worker.shared.config:AgentConfig.questions_per_round",
-    "group_size": "worker.shared.config:AgentConfig.group_size",
-    "max_new_tokens": "worker.shared.config:AgentConfig.max_new_tokens",
-    "system_prompt": "worker.shared.config:AgentConfig.system_prompt",
-    "seed": "worker.shared.config:AgentConfig.seed",
-    "temperature": "worker.shared.config:GRPOConfig.temperature",
-    "num_iterations": "worker.shared.config:GRPOConfig.num_iterations",
-    "beta": "worker.shared.config:GRPOConfig.beta",
-    "checkpoint_every": "worker.research.simulate:SimulationConfig.checkpoint_every",
-    "backend": "worker.research.simulate:SimulationConfig.backend",
-}
 
 
 def default_data_dir() -> Path:
@@ -58,89 +42,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         table.add_row(check.name, "ok" if check.ok else "FAIL", check.detail, check.advice)
     Console().print(table)
     return 0 if all(check.ok for check in checks) else 1
-
-
-def cmd_simulate(args: argparse.Namespace) -> int:
-    from worker.engine.generation.select import BackendUnavailable
-    from worker.research.simulate import SimulationConfig, simulate
-    from worker.shared.arms import Arm, controls_for, pool_share_window, sapo_table_arms
-    from worker.shared.config import AgentConfig, GRPOConfig
-    from worker.shared.questions import preset
-    from worker.shared.tiers import tier
-
-    fill_defaults(args, SIMULATE_DEFAULTS)
-    spec = tier(args.tier)
-    self_window = pool_share_window(args.pool_window, args.agents)
-    if args.arms:  # the study's arms by name (worker/research/study.py), <arm>@B<n> too
-        from worker.research.study import StudyError, resolve_arm
-
-        try:
-            arms = [resolve_arm(name, self_window) for name in args.arms.split(",")]
-        except StudyError as error:
-            print(f"swarm-worker simulate: {error}", file=sys.stderr)
-            return 2
-    elif args.preset == "sapo-table":
-        arms = sapo_table_arms(args.questions, self_window=self_window)
-    else:
-        strategy_local = args.local_strategy
-        strategy_external = args.external_strategy
-        arms = [
-            Arm(f"{args.local}/{args.external}", args.local, args.external, strategy_local, strategy_external)
-        ]
-        if args.controls or args.control_kinds:
-            kinds = (args.control_kinds or "isolated,filtered").split(",")
-            try:
-                arms += controls_for(arms[0], kinds, self_window=self_window)
-            except ValueError as error:
-                print(f"swarm-worker simulate: {error}", file=sys.stderr)
-                return 2
-    grpo = GRPOConfig(
-        learning_rate=args.lr if args.lr is not None else spec.learning_rate,
-        num_iterations=args.num_iterations,
-        temperature=args.temperature,
-        beta=args.beta,
-        external_importance_sampling_correction=args.external_is,
-    )
-    agent = AgentConfig(
-        questions_per_round=args.questions,
-        group_size=args.group_size,
-        num_local=min(args.local, args.questions),
-        num_external=args.external,
-        max_new_tokens=args.max_new_tokens,
-        system_prompt=args.system_prompt,
-        seed=args.seed,
-        grpo=grpo,
-    )
-    for arm in arms:  # each arm must run at this B (I <= B, ...)
-        try:
-            arm.apply(agent)
-        except ValueError as error:
-            print(f"swarm-worker simulate: arm {arm.name}: {error}", file=sys.stderr)
-            return 2
-    config = SimulationConfig(
-        agents=args.agents,
-        rounds=args.rounds,
-        tier=args.tier,
-        seed=args.seed,
-        mix=preset(args.tasks),
-        agent=agent,
-        checkpoint_every=args.checkpoint_every,
-        backend=args.backend,
-        device=args.device,
-        pool_window=args.pool_window,
-    )
-    try:
-        results = simulate(
-            config, arms, args.out, checkpoint_dir=args.checkpoint_dir, show_progress=not args.quiet
-        )
-    except BackendUnavailable as error:
-        print(f"swarm-worker simulate: {error}", file=sys.stderr)
-        return 2
-    for name, arm in results["arms"].items():
-        per_agent = [sum(m["reward"] for m in rounds) for rounds in arm["agents"].values()]
-        print(f"{name:>16}: cumulative reward per agent {sum(per_agent) / len(per_agent):.2f}")
-    print(f"results: {args.out}")
-    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -276,85 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--data-dir", type=Path, default=default_data_dir())
     doctor.set_defaults(func=cmd_doctor)
 
-    sim = sub.add_parser(
-        "simulate", help="run N agents over an in-process pool", formatter_class=formatter(SIMULATE_DEFAULTS)
-    )
-    sim.add_argument("--agents", type=int, default=4)
-    # 4/4 on purpose: the command simulates a swarm; AgentConfig's own I/J (8/0) train alone.
-    sim.add_argument(
-        "--local", type=int, default=4, help="I: own rollouts trained on per round (default 4: the 4/4 arm)"
-    )
-    sim.add_argument(
-        "--external", type=int, default=4, help="J: others' rollouts trained on per round (default 4)"
-    )
-    sim.add_argument("--rounds", type=int, default=30)
-    sim.add_argument("--tier", default="tiny-1m")
-    sim.add_argument("--seed", type=int, default=None, help="seeds every question stream and sample")
-    sim.add_argument("--out", type=Path, default=Path("results.json"))
-    sim.add_argument(
-        "--controls", action="store_true", help="also run the isolated and filtered-isolated arms"
-    )
-    sim.add_argument(
-        "--control-kinds",
-        default=None,
-        help="comma-separated isolated controls to run beside the arm: isolated, filtered, self "
-        "(I/J-self: J from the agent's own last pool-window/agents groups), dyn (over-generation "
-        "to I + J informative groups, at most 2 (I + J) questions); implies --controls",
-    )
-    sim.add_argument(
-        "--pool-window", type=int, default=DEFAULT_POOL_WINDOW, help="rollouts the pool samples from"
-    )
-    sim.add_argument(
-        "--external-is",
-        action="store_true",
-        help="truncated importance-sampling correction of external rollouts (their generator's "
-        "log-probs, cap 3); costs one scoring pass per agent and round",
-    )
-    sim.add_argument(
-        "--preset", choices=["sapo-table"], help="run the paper's arms plus the missing controls"
-    )
-    sim.add_argument(
-        "--arms",
-        default=None,
-        help="comma-separated study arms to run instead (e.g. 8/0,4/4@B4,backfill,4/4-decay,4/4-is; "
-        "any of them at another B as <arm>@B<n>); --questions is the B of those without their own",
-    )
-    sim.add_argument("--tasks", default="cpu", help="task preset (cpu, rgym9)")
-    sim.add_argument("--questions", type=int, default=None, help="B: questions generated per agent per round")
-    sim.add_argument("--group-size", type=int, default=None, help="G: completions per question")
-    sim.add_argument("--max-new-tokens", type=int, default=None, help="longest completion, in tokens")
-    sim.add_argument("--temperature", type=float, default=None, help="sampling temperature")
-    sim.add_argument("--lr", type=float, default=None, help="default: the tier's")
-    sim.add_argument("--num-iterations", type=int, default=None, help="GRPO passes per round")
-    sim.add_argument("--beta", type=float, default=None, help="KL coefficient")
-    sim.add_argument("--system-prompt", default=None, help="reasoning-gym system prompt")
-    # nonzero_advantage on purpose: the SAPO paper's sharing arms drop zero-advantage groups;
-    # AgentConfig's own strategies are uniform. The choices are worker/shared/sampling.py's.
-    sim.add_argument(
-        "--local-strategy",
-        default="nonzero_advantage",
-        choices=["uniform", "nonzero_advantage"],
-        help="default: nonzero_advantage, as the SAPO paper's sharing arms",
-    )
-    sim.add_argument(
-        "--external-strategy",
-        default="nonzero_advantage",
-        choices=["uniform", "nonzero_advantage"],
-        help="default: nonzero_advantage",
-    )
-    sim.add_argument("--checkpoint-dir", type=Path, default=None)
-    sim.add_argument("--checkpoint-every", type=int, default=None, help="rounds; 0: never")
-    sim.add_argument(
-        "--backend",
-        choices=["auto", "transformers", "vllm"],  # worker/engine/generation/select.py's BACKENDS
-        default=None,
-        help="generation backend of every agent (vllm: one engine per agent, synced after each step)",
-    )
-    sim.add_argument(
-        "--device", choices=["cpu", "cuda"], default="cpu", help="where every agent trains and generates"
-    )
-    sim.add_argument("--quiet", action="store_true", help="no progress bar")
-    sim.set_defaults(func=cmd_simulate)
+    simulate.add_parser(sub)
 
     export = sub.add_parser(
         "export", help="write a node's trained model as a Hugging Face model directory (from_pretrained)"

@@ -15,12 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from worker.cli.declared import add_declared_command, add_setting_flag, given
+
 PROG = "swarm-worker campaign-config"
-
-
-def flag(path: str) -> str:
-    """The command-line flag of a setting: ``controls.self_replay`` -> ``--controls-self-replay``."""
-    return "--" + path.replace(".", "-").replace("_", "-")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,23 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settings", type=Path, help="start from a JSON file of settings (before the flags)")
     parser.add_argument("--tiers", help="model tiers, comma-separated (tiny-1m,tiny-5m)")
     settings = parser.add_argument_group("settings (default: the preset's, else the declaration's)")
-    for path, setting in SETTINGS.items():
-        if setting.kind is None:
-            continue  # lists and dicts: --tiers, --settings
-        bounds = setting.bounds() or (
-            f"one of {', '.join(map(repr, setting.choices))}" if setting.choices else ""
-        )
-        words = "; ".join(part for part in (bounds, f"default {setting.default!r}") if part)
-        options: dict[str, Any] = {"dest": path, "default": None, "help": f"{setting.description} ({words})"}
-        if setting.kind is bool:
-            options["action"] = argparse.BooleanOptionalAction
-        else:
-            options["type"] = setting.kind
-            metavar = {int: "N", float: "X", str: "TEXT"}[setting.kind]
-            options["metavar"] = (
-                "{" + ",".join(map(str, setting.choices)) + "}" if setting.choices else metavar
-            )
-        settings.add_argument(flag(path), **options)
+    for setting in SETTINGS.values():
+        if setting.kind is not None:  # lists and dicts: --tiers, --settings
+            add_setting_flag(settings, setting)
     return parser
 
 
@@ -69,39 +52,17 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         values.update(json.loads(args.settings.read_text()))
     if args.tiers is not None:
         values["tiers"] = [name.strip() for name in args.tiers.split(",") if name.strip()]
-    for path, value in vars(args).items():
-        if path in SETTINGS and value is not None:
-            section, _, key = path.rpartition(".")
-            target = values.setdefault(section, {}) if section else values
-            if isinstance(target, dict):  # else --settings gave a non-object, which check() names
-                target[key] = value
+    for key, value in given(args, SETTINGS).items():
+        if isinstance(value, dict) and isinstance(values.get(key), dict):
+            values[key] = {**values[key], **value}
+        else:  # a scalar, or a section that --settings gave as a non-object, which check() names
+            values[key] = value
     return values
 
 
-def joined(argv: list[str]) -> list[str]:
-    """``--flag -1e-05`` as ``--flag=-1e-05``: argparse takes a negative number in exponent
-    notation for an option (its test for negative numbers knows no exponent)."""
-    out: list[str] = []
-    for arg in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and arg.startswith("-") and _number(arg):
-            out[-1] = f"{out[-1]}={arg}"
-        else:
-            out.append(arg)
-    return out
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def cmd_campaign_config(args: argparse.Namespace) -> int:
+def cmd_campaign_config(options: argparse.Namespace) -> int:
     from worker.shared.campaign import CampaignConfig
 
-    options = build_parser().parse_args(joined(args.flags))
     try:
         values = settings_from(options)
     except (OSError, ValueError, TypeError) as error:  # an unreadable or malformed --settings file
@@ -117,13 +78,10 @@ def cmd_campaign_config(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    # Its flags are parsed by build_parser() when it runs ("+" prefixes: every argument,
-    # --help included, is passed on), so that swarm-worker's other commands start fast.
-    parser = sub.add_parser(
+    add_declared_command(
+        sub,
         "campaign-config",
-        help="a campaign's settings from a preset and flags, checked, as JSON (--help: every flag)",
-        add_help=False,
-        prefix_chars="+",
+        "a campaign's settings from a preset and flags, checked, as JSON (--help: every flag)",
+        build_parser,
+        cmd_campaign_config,
     )
-    parser.add_argument("flags", nargs=argparse.REMAINDER)
-    parser.set_defaults(func=cmd_campaign_config)

@@ -35,11 +35,12 @@ from worker.shared.arms import (
     with_questions,
 )
 from worker.shared.campaign_controls import ControlsConfig
-from worker.shared.config import DEFAULT_POOL_WINDOW, AgentConfig, GRPOConfig, grpo_rules
+from worker.shared.config import DEFAULT_POOL_WINDOW, ROUND, AgentConfig, GRPOConfig
 from worker.shared.declaration import declared, setting_problems, settings_table
 from worker.shared.evaluation import MAX_EVAL_QUESTIONS
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
+from worker.shared.rules import Broken, grpo_rules, round_rules
 from worker.shared.sampling import BATCH_RULES, STRATEGIES
 from worker.shared.tiers import TIERS
 
@@ -84,7 +85,9 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
         list[dict[str, Any]],
         Meta(description="the task mix: reasoning-gym tasks, their weights and settings (questions.py)"),
     ] = msgspec.field(default_factory=lambda: PRESETS["cpu"].to_json())
-    system_prompt: Annotated[str, Meta(description="reasoning-gym's system prompt, by name")] = "default"
+    system_prompt: Annotated[str, Meta(description="reasoning-gym's system prompt, by name")] = (
+        ROUND.system_prompt
+    )
     tiers: Annotated[
         list[str],
         Meta(
@@ -103,7 +106,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="GRPO's group: a question's advantages are its completions' rewards against their mean "
             "(one completion has none)",
         ),
-    ] = 8
+    ] = ROUND.group_size
     questions_per_round: Annotated[
         int,
         Meta(
@@ -112,7 +115,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             title="Questions per round",
             description="B: a node's own questions each round; it answers each G times and shares them all",
         ),
-    ] = 8
+    ] = ROUND.questions_per_round
     num_local: Annotated[
         int,
         Meta(
@@ -121,7 +124,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             title="I (own rollouts trained on)",
             description="question groups of its own a node trains on per round (at most the questions per round)",
         ),
-    ] = 4
+    ] = ROUND.num_local
     num_external: Annotated[
         int,
         Meta(
@@ -131,7 +134,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="question groups drawn from the pool (other nodes' rollouts) a node trains on per round; "
             "J = 0 is isolated training. I + J is at least 1",
         ),
-    ] = 4
+    ] = ROUND.num_external
     local_strategy: Annotated[
         Literal[STRATEGIES],
         Meta(
@@ -139,14 +142,14 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="uniform: any of its groups; nonzero advantage: only groups whose "
             "completions differ in reward (the others teach GRPO nothing)",
         ),
-    ] = "nonzero_advantage"
+    ] = ROUND.local_strategy
     external_strategy: Annotated[
         Literal[STRATEGIES],
         Meta(
             title="Sampling of external rollouts",
             description="the same choice for the groups drawn from the pool",
         ),
-    ] = "nonzero_advantage"
+    ] = ROUND.external_strategy
     rounds: Annotated[
         int,
         Meta(
@@ -166,7 +169,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="seeds the question stream and the controls (control k uses seed + k): same seed, same "
             "questions. 31 bits, like every seed derived from it (config.stable_seed)",
         ),
-    ] = 0
+    ] = ROUND.seed
     max_new_tokens: Annotated[
         int,
         Meta(
@@ -176,7 +179,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="the longest completion; a longer answer is cut and scored as it stands (8192: Qwen2.5's "
             "generation limit)",
         ),
-    ] = 24
+    ] = ROUND.max_new_tokens
     format_weight: Annotated[
         float,
         Meta(
@@ -185,7 +188,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="weight of the format reward (answer tags present) beside a correct "
             "answer's 1: above 1, tags would be worth more than being right",
         ),
-    ] = 0.0
+    ] = ROUND.format_weight
     grpo: Annotated[
         dict[str, Any],
         Meta(
@@ -265,7 +268,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             "and fills the batch up to B with informative external ones, at most J (set I = J = "
             "B); decay starts at I/J and moves J's slots to own groups over the decay rounds",
         ),
-    ] = "fixed"
+    ] = ROUND.batch_rule
     decay_rounds: Annotated[
         int,
         Meta(
@@ -275,7 +278,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             description="for the decay rule: rounds over which J falls linearly to 0 (J_r = round(J · max(0, 1 − "
             "r / decay rounds))); ignored by the other rules",
         ),
-    ] = 30
+    ] = ROUND.decay_rounds
     # Held-out evaluation (worker/shared/evaluation.py, issue #48): after every eval_every-th
     # round and the last, each node and control answers eval_questions fresh questions per task
     # greedily; the coordinator scores them.
@@ -453,27 +456,23 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             for name in self.tiers
             if name not in TIERS
         ]
-        i, j, b = self.num_local, self.num_external, self.questions_per_round
-        ij = ("num_local", "num_external")
-        if i + j == 0:
-            rules.append(
-                ConfigError("num_local", "I + J must be at least 1: a node must train on something", ij)
-            )
-        if i > b:
-            rules.append(
-                ConfigError(
-                    "num_local",
-                    f"I cannot exceed the {b} questions per round",
-                    ("num_local", "questions_per_round"),
-                )
-            )
+        broken = round_rules(
+            questions_per_round=self.questions_per_round,
+            num_local=self.num_local,
+            num_external=self.num_external,
+            local_strategy=self.local_strategy,
+            external_strategy=self.external_strategy,
+            batch_rule=self.batch_rule,
+            decay_rounds=self.decay_rounds,
+        )
         grpo = {**GRPO_DEFAULTS, **self.grpo}
-        rules += [
-            ConfigError(f"grpo.{name}", message, ("grpo.eps_low", "grpo.eps_high"))
-            for name, message in grpo_rules(grpo["eps_low"], grpo["eps_high"])
+        broken += [
+            Broken(f"grpo.{rule.setting}", rule.message, tuple(f"grpo.{name}" for name in rule.reads))
+            for rule in grpo_rules(grpo["eps_low"], grpo["eps_high"])
         ]
+        rules += [ConfigError(rule.setting, rule.message, rule.reads) for rule in broken]
         controls = self.controls
-        if controls.self_replay and j < 1:
+        if controls.self_replay and self.num_external < 1:
             rules.append(
                 ConfigError(
                     "controls.self_replay",
@@ -482,38 +481,12 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
                     ("controls.self_replay", "num_external"),
                 )
             )
-        if self.batch_rule == "backfill":
-            if j < 1:
-                rules.append(
-                    ConfigError(
-                        "num_external",
-                        "backfill needs J >= 1: the most external groups it adds",
-                        ("batch_rule", "num_external"),
-                    )
-                )
-            if self.local_strategy != "nonzero_advantage":
-                rules.append(
-                    ConfigError(
-                        "local_strategy",
-                        "backfill fills the batch past the informative own groups: it needs the "
-                        "nonzero_advantage local strategy (with uniform every own group counts)",
-                        ("batch_rule", "local_strategy"),
-                    )
-                )
-            if controls.self_replay and controls.seeds:
-                rules.append(
-                    ConfigError(
-                        "controls.self_replay",
-                        "the self-replay control replays a fixed J; a backfill swarm's J varies",
-                        ("batch_rule", "controls.self_replay", "controls.seeds"),
-                    )
-                )
-        if self.batch_rule == "decay" and i + j > b:
+        if self.batch_rule == "backfill" and controls.self_replay and controls.seeds:
             rules.append(
                 ConfigError(
-                    "num_external",
-                    f"the decay rule ends at I + J = {i + j} own groups: more than the {b} questions per round",
-                    ("batch_rule", *ij, "questions_per_round"),
+                    "controls.self_replay",
+                    "the self-replay control replays a fixed J; a backfill swarm's J varies",
+                    ("batch_rule", "controls.self_replay", "controls.seeds"),
                 )
             )
         if self.eval_every and self.eval_questions * len(self.tasks) > MAX_EVAL_QUESTIONS:

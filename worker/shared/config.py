@@ -22,7 +22,7 @@ except ImportError:  # the GPU machine's bare Python (bench/gpu_check.py's learn
             self.__dict__.update(constraints)
 
 
-from worker.shared.sampling import BATCH_RULES, check_strategy
+from worker.shared.rules import grpo_rules, round_rules
 
 # Rollouts a pool's draw reaches: a campaign's default, and the simulator's and the studies'.
 DEFAULT_POOL_WINDOW = 256
@@ -38,14 +38,6 @@ MAX_LEARNING_RATE = 1e-2
 # Importance-sampling caps: TRL's default is 3 (a token's weight at most 3x); 100 is as good as
 # no cap, which is what an organizer wanting none means.
 MAX_CLIP = 100.0
-
-
-def grpo_rules(eps_low: float, eps_high: float) -> list[tuple[str, str]]:
-    """(setting, message) for each rule between GRPO settings that these values break: the
-    engine's invariant (GRPOConfig.__post_init__) and a campaign's problem (CampaignConfig)."""
-    if eps_high < eps_low:  # clip-higher (DAPO): the upper clip is the wider one
-        return [("eps_high", "the upper clip ε must not be below the lower one")]
-    return []
 
 
 # The bounds of a campaign's GRPO settings (the ``grpo`` dict), each defended in its description.
@@ -176,8 +168,8 @@ class GRPOConfig:
             raise ValueError("num_iterations must be >= 1")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError("need 0 <= eps_low < 1 and eps_high >= 0")
-        if problems := grpo_rules(self.eps_low, self.eps_high):
-            raise ValueError("{}: {}".format(*problems[0]))
+        if broken := grpo_rules(self.eps_low, self.eps_high):
+            raise ValueError(f"{broken[0].setting}: {broken[0].message}")
         if not self.learning_rate >= 0:
             raise ValueError("learning_rate must be >= 0")
         if self.scale_rewards not in ("group", "none"):
@@ -199,14 +191,41 @@ class GRPOConfig:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class RoundDefaults:
+    """The default of each setting that a campaign and a node's AgentConfig both have, given
+    once: the campaign declares their bounds and help (worker/shared/campaign.py), a node runs
+    them (AgentConfig), and both take their defaults from :data:`ROUND`."""
+
+    questions_per_round: int = 8  # B
+    group_size: int = 8  # G
+    num_local: int = 4  # I
+    num_external: int = 4  # J: the paper's 4/4
+    local_strategy: str = "nonzero_advantage"
+    external_strategy: str = "nonzero_advantage"
+    batch_rule: str = "fixed"
+    decay_rounds: int = 30
+    max_new_tokens: int = 24
+    system_prompt: str = "default"
+    format_weight: float = 0.0
+    seed: int = 0
+
+
+ROUND = RoundDefaults()
+
+
 @dataclass
 class AgentConfig:
-    questions_per_round: int = 8  # B: questions generated (and shared) per round
-    group_size: int = 8  # G: completions per question
-    num_local: int = 8  # I: own rollouts trained on per round
-    num_external: int = 0  # J: others' rollouts trained on per round
-    local_strategy: str = "uniform"
-    external_strategy: str = "uniform"
+    """What one node runs each round: a campaign's settings (CampaignConfig.agent_config) with
+    an arm's I, J, strategies and batch rule (worker/shared/arms.py, Arm.apply). Its rules
+    between settings are worker/shared/rules.py's, the campaign's too."""
+
+    questions_per_round: int = ROUND.questions_per_round  # B: questions generated (and shared) per round
+    group_size: int = ROUND.group_size  # G: completions per question
+    num_local: int = ROUND.num_local  # I: own rollouts trained on per round
+    num_external: int = ROUND.num_external  # J: others' rollouts trained on per round
+    local_strategy: str = ROUND.local_strategy
+    external_strategy: str = ROUND.external_strategy
     # Where the J rollouts come from (worker/shared/arms.py): "pool" (other agents, through the
     # transport) or "self" (this agent's own last self_window groups, this round's picks excluded)
     replay: str = "pool"
@@ -220,54 +239,33 @@ class AgentConfig:
     # (every own group the local strategy accepts, at most I, then external ones up to B groups
     # in all, at most J) or "decay" (J falls linearly to 0 over decay_rounds rounds, its slots
     # going to own groups)
-    batch_rule: str = "fixed"
-    decay_rounds: int = 0  # rounds over which "decay" takes J to 0
-    max_new_tokens: int = 32
-    system_prompt: str = "default"
-    format_weight: float = 0.0
-    seed: int = 0
+    batch_rule: str = ROUND.batch_rule
+    decay_rounds: int = ROUND.decay_rounds  # rounds over which "decay" takes J to 0
+    max_new_tokens: int = ROUND.max_new_tokens
+    system_prompt: str = ROUND.system_prompt
+    format_weight: float = ROUND.format_weight
+    seed: int = ROUND.seed
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.grpo, dict):
             self.grpo = GRPOConfig(**self.grpo)
-        check_strategy(self.local_strategy)
-        check_strategy(self.external_strategy)
-        if self.num_local < 0 or self.num_external < 0 or self.num_local + self.num_external == 0:
-            raise ValueError("need I >= 0, J >= 0 and I + J > 0")
-        if self.replay not in ("pool", "self"):
-            raise ValueError(f"replay must be 'pool' or 'self', got {self.replay!r}")
-        if self.replay == "self" and self.self_window < 1:
-            raise ValueError("self-replay needs self_window >= 1 (groups)")
-        if self.self_window < 0:
-            raise ValueError("self_window must be >= 0")
-        if self.max_questions and self.max_questions <= self.questions_per_round:
-            raise ValueError(
-                f"max_questions = {self.max_questions} must be 0 (off) or more than the "
-                f"{self.questions_per_round} questions per round"
-            )
-        if self.num_local > max(self.questions_per_round, self.max_questions):
-            raise ValueError(
-                f"I = {self.num_local} exceeds the {self.questions_per_round} questions per round"
-            )
         if self.group_size < 2:
             raise ValueError("GRPO needs a group size G >= 2")
-        if self.batch_rule not in BATCH_RULES:
-            raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {self.batch_rule!r}")
-        if self.batch_rule == "decay" and self.replay != "pool":
-            raise ValueError("batch_rule 'decay' draws its J from the pool (replay='pool')")
-        if self.batch_rule == "backfill" and self.num_external < 1:
-            raise ValueError("backfill needs J >= 1 (the most external groups it may add)")
-        if self.batch_rule == "decay":
-            if self.decay_rounds < 1:
-                raise ValueError("the decay rule needs decay_rounds >= 1")
-            if self.num_local + self.num_external > self.questions_per_round:
-                raise ValueError(
-                    f"the decay rule ends at I + J = {self.num_local + self.num_external} own groups: "
-                    f"more than the {self.questions_per_round} questions per round"
-                )
-        if self.decay_rounds < 0:
-            raise ValueError("decay_rounds must be >= 0")
+        broken = round_rules(
+            questions_per_round=self.questions_per_round,
+            num_local=self.num_local,
+            num_external=self.num_external,
+            local_strategy=self.local_strategy,
+            external_strategy=self.external_strategy,
+            batch_rule=self.batch_rule,
+            decay_rounds=self.decay_rounds,
+            max_questions=self.max_questions,
+            replay=self.replay,
+            self_window=self.self_window,
+        )
+        if broken:
+            raise ValueError(broken[0].message)
 
     def to_json(self) -> dict:
         return asdict(self)

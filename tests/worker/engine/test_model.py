@@ -29,6 +29,8 @@ def make_agent(model, tokenizer, transport, agent_id="agent-0", **overrides) -> 
             "questions_per_round": 4,
             "group_size": 4,
             "num_local": 4,
+            "num_external": 0,
+            "local_strategy": "uniform",
             "max_new_tokens": 16,
             "grpo": grpo,
             **overrides,

@@ -407,6 +407,8 @@ def test_agent_rounds_with_the_vllm_backend(engine: Any, policy: tuple):
         questions_per_round=4,
         group_size=4,
         num_local=4,
+        num_external=0,
+        local_strategy="uniform",
         max_new_tokens=16,
         seed=3,
         grpo=GRPOConfig(learning_rate=SPEC.learning_rate),
