@@ -41,12 +41,18 @@ coordinator whose only work besides carrying its frames were the floor, the most
 allows at this pace; and server_per_echo = the coordinator's server CPU per round over the
 echo's (the same protocol's request frames, echoed), the multiple of bare transport it costs.
 
+With ``--pool-sampling celery`` the draws run on a Celery worker of the default queue (the
+setting ``POOL_SAMPLING=celery``, started as platform/Procfile starts it; its CPU counts as the
+server's); ``--pool-sampling both`` runs the inline coordinator, then the Celery one, and prints
+
+    pool_sampling volunteers=N ratio=... (server CPU per round, celery over inline) ...
+
 Client and server share the machine: the clients' own CPU (one process, asyncio) is printed too,
 and what else ran should be said beside any figure.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/swarm_bench REDIS_URL=redis://127.0.0.1:6379/13 \
         SECRET_KEY=$(openssl rand -hex 32) .venv/bin/python bench/capacity.py --volunteers 1000 [--seconds 120] \
-        [--round-seconds 30] [--volunteers 3000 ...] [--echo]
+        [--round-seconds 30] [--volunteers 3000 ...] [--echo] [--pool-sampling both]
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._django import percentile, setup_django
 
 HEARTBEAT_SECONDS = 10.0
+CELERY_PROCESSES = 2  # the default queue's worker with POOL_SAMPLING=celery: Celery's default, one per core
 REPLY_SECONDS = 60.0  # a client waits this long for a reply before it reconnects
 
 
@@ -280,25 +287,33 @@ def run(
     heartbeats_fixed: bool = False,
     echo: bool = False,
     version: int = 2,
+    pool_sampling: str = "inline",
 ) -> dict:
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
     from swarm_app.coordinator.models import Lease
-    from tests.servers import asgi_server
+    from tests.servers import asgi_server, celery_worker
 
-    campaign, token = make_campaign(f"bench-capacity-{volunteers}")
+    campaign, token = make_campaign(f"bench-capacity-{volunteers}-{pool_sampling}")
     mix = campaign.settings.mix
     cpu = ServerCpu(connection.vendor == "postgresql")
     tally = Tally()
     ramp = round_seconds + 5  # every volunteer has started its first round
-    with asgi_server(
-        Path(tempfile.mkdtemp()) / "daphne.log",
-        # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
-        WORKER_RATE_PER_SECOND="1000",
-        WORKER_RATE_BURST="1000",
-        **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
-    ) as base:
+    logs = Path(tempfile.mkdtemp())
+    with contextlib.ExitStack() as servers:
+        if pool_sampling == "celery":  # the default queue's worker as platform/Procfile runs it
+            servers.enter_context(celery_worker(logs / "celery.log", processes=CELERY_PROCESSES))
+        base = servers.enter_context(
+            asgi_server(
+                logs / "daphne.log",
+                # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
+                WORKER_RATE_PER_SECOND="1000",
+                WORKER_RATE_BURST="1000",
+                POOL_SAMPLING=pool_sampling,
+                **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
+            )
+        )
         url = base.replace("http", "ws", 1)
 
         def coordinator_pass(prefix: str, counted: Tally) -> tuple[dict, int, float, float]:
@@ -365,7 +380,7 @@ def run(
     for one, start, cost in passes:
         rounds = [s for at, s in one.acks if start <= at <= start + seconds]
         per_pass.append((rounds, cost))
-    spent = {key: sum(cost[key] for _, cost in per_pass) for key in ("daphne", "postgres")}
+    spent = {key: sum(cost[key] for _, cost in per_pass) for key in ("daphne", "postgres", "celery")}
     latencies = [s for rounds, _ in per_pass for s in rounds]
     rounds_per_s = len(latencies) / (seconds * len(per_pass))
     submitted = set(
@@ -378,8 +393,10 @@ def run(
         Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
     )
     doubled = len(per_round) - len(set(per_round))
-    server_ms = 1000 * (spent["daphne"] + spent["postgres"]) / max(1, len(latencies))
+    server_ms = 1000 * sum(spent.values()) / max(1, len(latencies))
     result = {
+        "pool_sampling": pool_sampling,
+        "server_ms_per_round": server_ms,
         "protocol": version,
         "volunteers": volunteers,
         "rounds_per_s": rounds_per_s,
@@ -396,16 +413,17 @@ def run(
         f"protocol={version} volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
         f"ack_p50_ms={result['ack_p50_ms']:.0f} ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} "
         f"doubled={doubled} connected={result['connected']:.1f}% busy={tally.busy} "
-        f"floor_ratio={result['floor_ratio']:.2f}"
+        f"floor_ratio={result['floor_ratio']:.2f} pool_sampling={pool_sampling}"
     )
     print(
         f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(latencies)):.2f}, "
-        f"postgres {1000 * spent['postgres'] / max(1, len(latencies)):.2f}); floor {round_floor_ms:.2f} ms; "
+        f"postgres {1000 * spent['postgres'] / max(1, len(latencies)):.2f}, "
+        f"celery {1000 * spent['celery'] / max(1, len(latencies)):.2f}); floor {round_floor_ms:.2f} ms; "
         f"clients' CPU {client_cpu / seconds * 100:.0f}% of a core; reconnects {tally.reconnects} {tally.errors}"
     )
     if echo:
         before_echo, after_echo = (
-            1000 * (cost["daphne"] + cost["postgres"]) / max(1, len(rounds)) for rounds, cost in per_pass
+            1000 * sum(cost.values()) / max(1, len(rounds)) for rounds, cost in per_pass
         )
         print(
             f"  coordinator passes before and after the echo: {before_echo:.2f} and {after_echo:.2f} ms "
@@ -466,22 +484,44 @@ def main() -> None:
         help="the volunteers' protocol version: 2 (the worker client's: a round is submit and metrics) "
         "or 1 (lease_request, submit, sample_request, metrics)",
     )
+    parser.add_argument(
+        "--pool-sampling",
+        choices=["inline", "celery", "both"],
+        default="inline",
+        help="where the pool's draws run (settings.POOL_SAMPLING): inline in daphne (the default), on "
+        f"a Celery worker of the default queue ({CELERY_PROCESSES} processes, counted as server CPU), or "
+        "both, one after the other, printing ratio= celery's server CPU per round over inline's",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
 
     with contextlib.redirect_stdout(sys.stderr):
         round_floor = floor()
+    modes = ["inline", "celery"] if args.pool_sampling == "both" else [args.pool_sampling]
     for volunteers in args.volunteers or [1000]:
-        run(
-            volunteers,
-            args.seconds,
-            args.round_seconds,
-            round_floor,
-            args.heartbeats == "fixed",
-            args.echo,
-            args.protocol,
-        )
+        results = {
+            mode: run(
+                volunteers,
+                args.seconds,
+                args.round_seconds,
+                round_floor,
+                args.heartbeats == "fixed",
+                args.echo,
+                args.protocol,
+                mode,
+            )
+            for mode in modes
+        }
+        if len(results) == 2:
+            inline, celery = results["inline"], results["celery"]
+            print(
+                f"pool_sampling volunteers={volunteers} ratio={celery['server_ms_per_round'] / inline['server_ms_per_round']:.2f} "
+                f"(server CPU per round, celery over inline: {celery['server_ms_per_round']:.2f} / "
+                f"{inline['server_ms_per_round']:.2f} ms) ack_p99_ms celery={celery['ack_p99_ms']:.0f} "
+                f"inline={inline['ack_p99_ms']:.0f} rounds_per_s celery={celery['rounds_per_s']:.1f} "
+                f"inline={inline['rounds_per_s']:.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -229,7 +229,8 @@ async def run_phase(clients: list, seconds: float) -> tuple[float, float]:
 
 
 class ServerCpu:
-    """CPU seconds (user + system) of the server side: our daphne processes and PostgreSQL's."""
+    """CPU seconds (user + system) of the server side: our daphne processes, the Celery workers
+    we started (``POOL_SAMPLING=celery``'s draws) and PostgreSQL's."""
 
     def __init__(self, database_is_postgres: bool) -> None:
         import psutil
@@ -239,7 +240,11 @@ class ServerCpu:
 
     def processes(self) -> list:
         me = self.psutil.Process()
-        servers = [p for p in me.children(recursive=True) if "daphne" in " ".join(p.cmdline())]
+        servers = [
+            p
+            for p in me.children(recursive=True)
+            if {"daphne", "celery"} & set(" ".join(p.cmdline()).split())
+        ]
         if self.postgres:
             servers += [p for p in self.psutil.process_iter(["name"]) if p.info["name"] == "postgres"]
         return servers
@@ -250,13 +255,19 @@ class ServerCpu:
         for p in self.processes():
             with contextlib.suppress(self.psutil.Error):
                 times = p.cpu_times()
-                kind = "postgres" if p.name() == "postgres" else "daphne"
+                kind = (
+                    "postgres"
+                    if p.name() == "postgres"
+                    else "celery"
+                    if "celery" in p.cmdline()
+                    else "daphne"
+                )
                 out[f"{kind}:{p.pid}"] = times.user + times.system
         return out
 
     @staticmethod
     def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        totals = {"daphne": 0.0, "postgres": 0.0}
+        totals = {"daphne": 0.0, "postgres": 0.0, "celery": 0.0}
         for key, value in after.items():
             totals[key.split(":")[0]] += max(0.0, value - before.get(key, 0.0))
         return totals

@@ -126,14 +126,18 @@ def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator
 
 @contextmanager
 def celery_worker(
-    log_path: Path, beat: bool = False, controls: int = 0, **env: str
+    log_path: Path, beat: bool = False, controls: int = 0, processes: int = 0, **env: str
 ) -> Iterator[subprocess.Popen]:
     """A real Celery worker on the test database and the configured broker: housekeeping (the
-    default queue, solo pool), or with ``controls`` > 0 a worker of the ``controls`` queue with
-    that many threads (as the shipped start commands run them: docs/deploy.md)."""
+    default queue, solo pool), with ``processes`` > 0 the default queue's worker as
+    platform/Procfile runs it (prefork, that many processes), or with ``controls`` > 0 a worker
+    of the ``controls`` queue with that many threads (as the shipped start commands run them:
+    docs/deploy.md)."""
     args = [sys.executable, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info"]
     if controls:
         args += ["-Q", "controls", "--pool", "threads", "--concurrency", str(controls)]
+    elif processes:
+        args += ["-Q", "celery", "--pool", "prefork", "--concurrency", str(processes)]
     else:
         args += ["--pool", "solo"]
     if beat:
