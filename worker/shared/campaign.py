@@ -601,7 +601,33 @@ def sapo_table_config(**overrides: Any) -> CampaignConfig:
     return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
 
 
-CAMPAIGN_PRESETS = {"cpu-demo": cpu_demo_config, "sapo-table": sapo_table_config}
+def cpu_study_config(**overrides: Any) -> CampaignConfig:
+    """The `cpu-study` preset: the CPU study's settings as a campaign (docs/experiments/README.md,
+    studies v2 to v4, and the heterogeneous study): tiny-1m on the cpu tasks, B = G = 8, 4/4, 16
+    new tokens, 45 rounds, the default pool window; 5 independent swarms against 5 seeds of the
+    isolated 8/0, the paper's reference (the platform's validation campaign, issue #50). The
+    studies take their rounds and tokens from here."""
+    base = CampaignConfig(
+        tiers=["tiny-1m"],
+        group_size=8,
+        questions_per_round=8,
+        num_local=4,
+        num_external=4,
+        rounds=45,
+        max_new_tokens=16,
+        controls=ControlsConfig(seeds=5, filtered=False, reference="isolated"),
+        replicates=5,
+        # held-out accuracy at rounds 15, 30 and 45 on 64 questions per task, as study v4's
+        eval_every=15,
+    )
+    return CampaignConfig.from_json({**base.to_json(), **overrides}).validate()
+
+
+CAMPAIGN_PRESETS = {
+    "cpu-demo": cpu_demo_config,
+    "sapo-table": sapo_table_config,
+    "cpu-study": cpu_study_config,
+}
 
 if __name__ == "__main__":  # docs/web.md's reference of every setting
     print(settings_table(SETTINGS), end="")
