@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.research.study import (
+from swarm_lab.study import (
     ARM_ORDER,
     FAMILY,
     MECHANISM_METRICS,
@@ -26,9 +26,9 @@ from worker.research.study import (
     StudyError,
     campaign_overrides,
 )
-from worker.research.study_analysis import analyse
-from worker.research.study_report import answer, write_report
-from worker.research.study_runner import _open_results
+from swarm_lab.study_analysis import analyse
+from swarm_lab.study_report import answer, write_report
+from swarm_lab.study_runner import _open_results
 from worker.shared import stats
 
 # --- statistics with known answers ---------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_a_follow_up_run_is_labelled_as_not_pre_registered(tmp_path: Path):
 
 def test_campaign_preset_runs_the_same_arms():
     """Each study arm is a `sapo-table` campaign's swarm arm or one of its controls."""
-    from worker.research.study import arm_by_name
+    from swarm_lab.study import arm_by_name
     from worker.shared.campaign import sapo_table_config
 
     for name, arm in arm_by_name().items():
@@ -324,7 +324,7 @@ def test_campaign_preset_runs_the_same_arms():
 
 
 def test_required_arms_run_on_every_seed_and_the_others_on_fewer(tmp_path: Path):
-    from worker.research.study_runner import pending_cells
+    from swarm_lab.study_runner import pending_cells
 
     config = StudyConfig(seeds=list(range(10)), arms=list(ARM_ORDER[:8]), other_seeds=6, design="v2")
     assert config.seeds_of("4/4-self") == list(range(10)) and config.seeds_of("6/2") == list(range(6))
@@ -519,7 +519,7 @@ def test_the_study_accepts_any_b_and_records_every_arms_b(tmp_path: Path):
 def test_campaign_settings_run_the_study_arms_of_issue_29():
     """The sapo-table preset with campaign_overrides(arm) builds exactly the AgentConfig the study
     runs for 4/4@B4, backfill, 4/4-decay and 4/4-is (B, I, J, rule, T, correction)."""
-    from worker.research.study import resolve_arm
+    from swarm_lab.study import resolve_arm
     from worker.shared.campaign import sapo_table_config
 
     for name in ("4/4@B4", "backfill", "4/4-decay", "4/4-is"):

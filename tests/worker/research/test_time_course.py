@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.research.study import FAMILY, V3_FAMILY, StudyConfig
-from worker.research.study_analysis import (
+from swarm_lab.study import FAMILY, V3_FAMILY, StudyConfig
+from swarm_lab.study_analysis import (
     CROSSES,
     ONE_SIGN,
     SIGN_CHANGE_NOT_SHOWN,
@@ -26,8 +26,8 @@ from worker.research.study_analysis import (
     time_course,
     window_bounds,
 )
-from worker.research.study_report import answer, compute_words, write_report
-from worker.research.study_text import trend_words, verdict_words
+from swarm_lab.study_report import answer, compute_words, write_report
+from swarm_lab.study_text import trend_words, verdict_words
 from worker.shared import stats
 
 ROUNDS = 45

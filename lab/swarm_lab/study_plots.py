@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import (
+from swarm_lab.study import (
     ARM_ORDER,
     order_arms,
     seed_key,
 )
-from worker.research.study_analysis import (
+from swarm_lab.study_analysis import (
     Analysis,
     TimeCourse,
 )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.research.study import OLD_PRIMARY
-from worker.research.study_analysis import Analysis, late_trend
-from worker.research.study_text import (
+from swarm_lab.study import OLD_PRIMARY
+from swarm_lab.study_analysis import Analysis, late_trend
+from swarm_lab.study_text import (
     caveats,
     describe,
     format_p,

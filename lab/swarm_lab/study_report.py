@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from worker.research import heterogeneous_report, study_v4_report
-from worker.research.heterogeneous import DESIGN
-from worker.research.study import (
+from swarm_lab import heterogeneous_report, study_v4_report
+from swarm_lab.heterogeneous import DESIGN
+from swarm_lab.study import (
     BASELINE,
     FAMILY,
     MECHANISM_METRICS,
@@ -22,16 +22,16 @@ from worker.research.study import (
     SECONDARY,
     order_arms,
 )
-from worker.research.study_analysis import (
+from swarm_lab.study_analysis import (
     Analysis,
     Comparison,
     analyse,
     late_trend,
     time_courses,
 )
-from worker.research.study_old_design import old_answer
-from worker.research.study_plots import plots
-from worker.research.study_text import (
+from swarm_lab.study_old_design import old_answer
+from swarm_lab.study_plots import plots
+from swarm_lab.study_text import (
     CROSSOVER_RULE,
     caveats,
     cell_means,
@@ -48,7 +48,7 @@ from worker.research.study_text import (
     verdict_words,
     versions_words,
 )
-from worker.research.study_v3_text import answer_v3, compute_rows, semantics_rows
+from swarm_lab.study_v3_text import answer_v3, compute_rows, semantics_rows
 from worker.shared import stats
 
 MECHANISM_LABELS = {

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import (
+from swarm_lab.study import (
     DESIGN_OUT,
     QUESTIONS_PER_ROUND,
     V3_FAMILY,
@@ -17,8 +17,8 @@ from worker.research.study import (
     order_arms,
     resolve_arm,
 )
-from worker.research.study_analysis import CROSSES, Analysis, Comparison, time_course
-from worker.research.study_text import (
+from swarm_lab.study_analysis import CROSSES, Analysis, Comparison, time_course
+from swarm_lab.study_text import (
     caveats,
     cell_means,
     describe,

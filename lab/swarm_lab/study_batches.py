@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worker.research.study_v3_text import batch_rows
+from swarm_lab.study_v3_text import batch_rows
 
 
 def batches_text(path: Path) -> list[str]:

@@ -36,7 +36,7 @@ cumulative training reward (v3's measure), two-sided exact sign-flip test over 1
 
 **Pre-registered held-out family (v4), Holm over its four only** (:data:`V4_HELD_OUT_FAMILY`):
 the same four comparisons on held-out accuracy (exact-correct share) at the last point (round
-45), worker/research/held_out.py: a fixed evaluation set of 64 questions per task per seed from
+45), lab/swarm_lab/held_out.py: a fixed evaluation set of 64 questions per task per seed from
 seeds no training stream reaches, greedy answers, at rounds 0, 15, 30 and 45 of every cell; the
 report says, per comparison, whether its sign on held-out accuracy agrees with its sign on
 training reward. Held-out graded reward is reported beside it, not tested.
@@ -128,9 +128,9 @@ own first B x G completions of round r (8/0-dyn's extra questions excluded, so e
 measured on the same questions). This is the paper's measure (its 561.79 for 8/0 over 2000
 rounds is 0.28 per round: a mean over agents, not a sum).
 
-``swarm-worker study`` runs it (worker/research/study_runner.py); ``swarm-worker study-report``
-analyses the results file (worker/research/study_analysis.py) and writes the markdown report
-and its PNG plots (worker/research/study_report.py; matplotlib, the ``study`` extra).
+``swarm-worker study`` runs it (lab/swarm_lab/study_runner.py); ``swarm-worker study-report``
+analyses the results file (lab/swarm_lab/study_analysis.py) and writes the markdown report
+and its PNG plots (lab/swarm_lab/study_report.py; matplotlib, the ``study`` extra).
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ class StudyConfig:
     design: str = DEFAULT_DESIGN  # "v4" (issue #49), "v3" (issue #29) or "v2" (issue #18)
     decay_rounds: int = DEFAULT_DECAY_ROUNDS  # 4/4-decay's T (v3)
     backfill_self_window: int = V4_BACKFILL_SELF_WINDOW  # backfill-self's window in own groups (v4)
-    # held-out evaluation (v4, worker/research/held_out.py): rounds done at which every agent is
+    # held-out evaluation (v4, lab/swarm_lab/held_out.py): rounds done at which every agent is
     # evaluated (None: the design's, scaled to the horizon) and questions per task
     held_out_points: list[int] | None = None
     held_out_per_task: int = V4_HELD_OUT_PER_TASK

@@ -2,7 +2,7 @@
 
 Intervals are percentile bootstrap intervals over seeds; comparisons pair arms by seed and
 test them with the exact sign-flip test (worker/shared/stats.py). Holm's adjustment runs over
-the pre-registered family (:data:`~worker.research.study.FAMILY`) only; the exploratory
+the pre-registered family (:data:`~swarm_lab.study.FAMILY`) only; the exploratory
 comparisons keep their unadjusted p (``holm_p`` is NaN for them).
 
 A results file of the old design (issue #8: no 4/4-self, no ``preregistered`` in its config)
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.research.study import (
+from swarm_lab.study import (
     COMPARISONS,
     FAMILY,
     OLD_COMPARISONS,

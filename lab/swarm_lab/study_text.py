@@ -1,13 +1,13 @@
 """The study report's wording of numbers: intervals, p-values, comparisons, the seed advice of
 the exact test, and the caveats of a run that cannot answer in full. Shared by both designs'
-answers (worker/research/study_report.py, worker/research/study_old_design.py)."""
+answers (lab/swarm_lab/study_report.py, lab/swarm_lab/study_old_design.py)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from worker.research.study_analysis import (
+from swarm_lab.study_analysis import (
     CROSSES,
     SIGN_CHANGE_NOT_SHOWN,
     Analysis,
