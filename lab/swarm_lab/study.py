@@ -129,8 +129,9 @@ measured on the same questions). This is the paper's measure (its 561.79 for 8/0
 rounds is 0.28 per round: a mean over agents, not a sum).
 
 ``swarm-worker study`` runs it (lab/swarm_lab/study_runner.py); ``swarm-worker study-report``
-analyses the results file (lab/swarm_lab/study_analysis.py) and writes the markdown report
-and its PNG plots (lab/swarm_lab/study_report.py; matplotlib, the ``study`` extra).
+writes v4's markdown report and its PNG plots (lab/swarm_lab/study_v4_report.py; matplotlib,
+the ``study`` extra). The report generators of v1 to v3 are retired (issue #51): their reports
+are the committed files beside their results (docs/experiments/).
 """
 
 from __future__ import annotations
@@ -259,20 +260,6 @@ QUICK_ARMS = {"v2": ARM_ORDER[:8], "v3": ARM_ORDER[:12], "v4": V4_DEFAULT_ARMS}
 WINDOWS = 3  # exploratory time course: the horizon in thirds
 DESIGNS = ("v2", "v3", "v4")
 DEFAULT_DESIGN = "v4"
-# The old design's (issue #8) primary and comparisons (its Holm family: all of them), to read
-# its results file as its report did.
-OLD_PRIMARY = ("4/4", "8/0-filtered")
-OLD_COMPARISONS = [
-    OLD_PRIMARY,
-    ("4/4", "4/4-unfiltered"),
-    ("6/2", "8/0-filtered"),
-    ("2/6", "8/0-filtered"),
-    ("4/4", "8/0"),
-    ("6/2", "8/0"),
-    ("2/6", "8/0"),
-    ("8/0-filtered", "8/0"),
-    ("4/4-unfiltered", "8/0"),
-]
 # Per-round means over the agents kept for each cell: what shows the mechanism (agent metrics,
 # worker/engine/agent.py and trainer.py).
 MECHANISM_METRICS = [

@@ -1,23 +1,15 @@
-"""The study report's wording of numbers: intervals, p-values, comparisons, the seed advice of
-the exact test, and the caveats of a run that cannot answer in full. Shared by both designs'
-answers (lab/swarm_lab/study_report.py, lab/swarm_lab/study_old_design.py)."""
+"""The study reports' wording of numbers: intervals, p-values, comparisons, their verdicts and
+the time course of a paired difference (lab/swarm_lab/heterogeneous_report.py)."""
 
 from __future__ import annotations
-
-import math
-from typing import Any
 
 from swarm_lab.study_analysis import (
     CROSSES,
     SIGN_CHANGE_NOT_SHOWN,
-    Analysis,
     Comparison,
     Estimate,
     TimeCourse,
-    time_courses,
 )
-from worker.shared import stats
-from worker.shared.arms import pool_share_window
 
 
 def format_interval(interval: tuple[float, float] | None, digits: int = 2, scale: float = 1.0) -> str:
@@ -44,74 +36,6 @@ def describe(c: Comparison, unit: str = "") -> str:
     )
 
 
-def seed_advice(c: Comparison, family_size: int, alpha: float = 0.05) -> str:
-    """How many seeds the exact sign-flip test needs, from its minimum p and a simulated power
-    (never a normal approximation, which ignores that p >= 2 / 2^n)."""
-    n = len(c.seeds)
-    m = max(family_size, 1) if c.preregistered else 1
-    level = alpha / m  # Holm's level for the family's smallest p
-    least = stats.sign_flip_min_seeds(alpha, m)
-    head = (
-        f"- **More seeds.** With n seeds the exact sign-flip test cannot go below p = 2/2^n "
-        f"({format_p(c.min_p_value)} at n = {n})"
-        + (f", and Holm over the family of {m} multiplies the smallest p by {m}" if m > 1 else "")
-        + f": no {c.a} - {c.b} result can be significant at {alpha:g} with fewer than {least} seeds."
-    )
-    sd = c.sd
-    if n < 2 or math.isnan(sd):
-        return head + f" With {n} seed pair(s) the spread cannot be estimated."
-    if sd == 0 or c.mean == 0:
-        return head + f" The {n} differences are all {c.mean:+.2f} (no spread to plan with)."
-    needed = stats.seeds_for_power(abs(c.mean), sd, level)
-    mde = stats.minimum_detectable_effect(sd, n, level)
-    mde_text = (
-        f"at n = {n} the smallest difference it detects with 80% power is about {mde:.2f}"
-        if mde is not None
-        else f"at n = {n} no difference can be detected"
-    )
-    needed_text = (
-        f"about {needed} seeds would detect the observed {c.mean:+.2f} with 80% power"
-        if needed is not None
-        else f"even 40 seeds would not detect the observed {c.mean:+.2f} with 80% power"
-    )
-    return (
-        f"{head} The differences have a standard deviation of {sd:.2f} over {n} seeds; if they "
-        f"were normal with that spread, {needed_text}, and {mde_text} (level {level:.3g}; power "
-        "simulated with the exact test itself, 400 draws, seeded)."
-    )
-
-
-def significant(c: Comparison | None, alpha: float = 0.05) -> str | None:
-    """``higher``/``lower`` when the family-adjusted (or, outside it, the plain) p <= alpha and
-    the interval excludes zero; else None."""
-    if c is None or c.interval is None or len(c.seeds) < 2:
-        return None
-    p = c.holm_p if c.preregistered else c.p_value
-    if p > alpha:
-        return None
-    if c.interval[0] > 0:
-        return "higher"
-    if c.interval[1] < 0:
-        return "lower"
-    return None
-
-
-def caveats(config: dict[str, Any]) -> list[str]:
-    """The lines an answer opens with when its run cannot answer in full (quick, incomplete)."""
-    lines: list[str] = []
-    if config.get("quick"):
-        lines.append(
-            "**This is a quick smoke-test run: its settings are far too small to answer anything; "
-            "the text below only shows how the answer is generated.**\n"
-        )
-    if not config.get("complete"):
-        lines.append(
-            f"**The study is incomplete ({config.get('cells_done')} of {config.get('cells_total')} "
-            "cells); the answer covers the seeds run so far.**\n"
-        )
-    return lines
-
-
 def format_estimate(e: Estimate, digits: int = 3, scale: float = 1.0) -> str:
     """A mean over seeds with both its intervals and n: '+0.034 (95% bootstrap [0.020, 0.048],
     t [0.018, 0.050]; n = 10)'."""
@@ -121,16 +45,6 @@ def format_estimate(e: Estimate, digits: int = 3, scale: float = 1.0) -> str:
         f"{e.mean * scale:+.{digits}f} (95% bootstrap {format_interval(e.interval, digits, scale)}, "
         f"t {format_interval(e.t_interval, digits, scale)}; n = {e.n})"
     )
-
-
-def trend_words(late: tuple[int, int, Estimate]) -> str:
-    """The late slope (reward per round over the last window's rounds) in words: 'still rising' or
-    'falling' only when both its intervals (bootstrap and t over seeds) exclude 0, else flat."""
-    first, last, slope = late
-    words = {1: "still rising", -1: "falling"}.get(
-        slope.side, "about flat (its intervals include 0)" if slope.n >= 2 else "not measurable (one seed)"
-    )
-    return f"{words}: {format_estimate(slope, 4)} per round, rounds {first}-{last}"
 
 
 def verdict_words(c: Comparison, test: str = "sign-flip test") -> str:
@@ -155,15 +69,6 @@ def verdict_words(c: Comparison, test: str = "sign-flip test") -> str:
         f"not distinguishable (the bootstrap interval lies {side} zero, but the t-interval "
         f"{format_interval(t)} contains it; {test} not significant)"
     )
-
-
-CROSSOVER_RULE = (
-    "Windows are the thirds of the horizon (pre-registered, exploratory); a window's difference is "
-    "the per-seed mean over its rounds of the arm's reward minus the other's, averaged over seeds. "
-    "A comparison *crosses over* when one window's difference lies above 0 and another's below 0, "
-    "each with both its 95% intervals (percentile bootstrap and t, over seeds) excluding 0; "
-    "window means of different signs without that are a sign change not shown."
-)
 
 
 def _window_text(tc: TimeCourse) -> str:
@@ -255,70 +160,3 @@ def time_course_rows(courses: list[TimeCourse]) -> list[str]:
         )
         lines.append(f"| {tc.a} - {tc.b} | " + " | ".join(cells) + f" | {slope} | {shape} |")
     return lines
-
-
-def time_course_answer(
-    results: dict[str, Any], analysis: Analysis, focus: list[tuple[str, str]]
-) -> list[str]:
-    """The answer's time-course bullets: the ``focus`` comparisons, then any other that crosses
-    over, with the rule that says so."""
-    courses = {(c.a, c.b): c for c in time_courses(results, analysis, analysis.resamples)}
-    chosen = [courses[pair] for pair in focus if pair in courses]
-    chosen += [
-        c for pair, c in courses.items() if pair not in focus and c.shape == CROSSES and len(c.seeds) >= 2
-    ]
-    if not chosen:
-        return []
-    return [
-        "",
-        "**Time course** (exploratory, unadjusted; windows = thirds of the horizon, differences in "
-        "reward per round, slope = least squares per seed, then the mean over seeds). The rule: a "
-        "comparison *crosses over* when one window's difference lies above 0 and another's below 0, "
-        "each with both its 95% intervals (bootstrap and t) excluding 0.",
-        "",
-        *[time_course_line(c) for c in chosen],
-    ]
-
-
-def cell_means(results: dict[str, Any], arm: str, key: str) -> list[float]:
-    """Each cell's (seed's) mean over rounds of the per-round mechanism metric ``key`` of ``arm``."""
-    values = []
-    for curves in ((results.get("mechanism") or {}).get(arm) or {}).values():
-        series = [v for v in curves.get(key, []) if v is not None]
-        if series:
-            values.append(sum(series) / len(series))
-    return values
-
-
-def versions_words(config: dict[str, Any]) -> str:
-    """The results file's versions record in words (one record per file before v4: the run that
-    wrote it last; v4 records every cell's commit), saying when that run's tree had uncommitted
-    changes."""
-    text = ", ".join(f"{k} {v}" for k, v in config.get("versions", {}).items())
-    commit = (config.get("versions") or {}).get("git_commit") or ""
-    if commit.endswith("+modified"):
-        text += " (run from a tree with uncommitted changes)"
-    return text
-
-
-def self_window_words(config: dict[str, Any]) -> str:
-    """4/4-self's window in words, without calling it the pool's equal: as many groups per agent as
-    the pool holds (the design's default) or the size a run chose, but only the agent's own: the
-    pool also offers 4/4 the other agents' groups, and the window holds groups the agent already
-    trained on as its own picks (worker/engine/agent.py: its last groups, this round's picks
-    excluded)."""
-    window, per_agent = config.get("self_window"), pool_share_window(config["pool_window"], config["agents"])
-    window = per_agent if window is None else window
-    others = config["pool_window"] - per_agent
-    definition = (config.get("arm_definitions") or {}).get("4/4-self") or {}
-    own, batch = definition.get("num_local", 4), config.get("questions_per_round", 8)
-    size = (
-        f"as many as the pool holds per agent, {config['pool_window']} over {config['agents']} agents"
-        if window == per_agent
-        else f"the pool holds {per_agent} per agent"
-    )
-    return (
-        f"its own last {window} groups ({size}; the pool also offers 4/4 the other agents' {others}, "
-        f"and up to {own} of each round's {batch} own groups in the window were already trained on as "
-        "its own picks)"
-    )

@@ -99,8 +99,9 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_study_report(args: argparse.Namespace) -> int:
-    """Write the study's markdown report and PNG plots from its results JSON."""
-    from swarm_lab.study_report import write_report
+    """Write the study's markdown report and PNG plots from its results JSON (v4's and the
+    heterogeneous swarm's; a retired design's report is its committed file, which it names)."""
+    from swarm_lab.study_report import RetiredDesign, write_report
 
     fill_defaults(args, REPORT_DEFAULTS)
     if not args.results.exists():
@@ -110,10 +111,16 @@ def cmd_study_report(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         print(
-            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo-lab[study]')", file=sys.stderr
+            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo-lab[study]')",
+            file=sys.stderr,
         )
         return 2
-    print(f"report: {write_report(args.results, args.out, args.resamples)}")
+    try:
+        report = write_report(args.results, args.out, args.resamples)
+    except RetiredDesign as error:
+        print(f"swarm-worker study-report: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
     return 0
 
 
