@@ -465,7 +465,7 @@ def add_lab_commands(sub: Any) -> tuple[str, ...]:
         entry.load()(sub)
     missing = tuple(name for name in LAB_COMMANDS if name not in sub.choices)
     for name in missing:
-        sub.add_parser(name, help=f"the lab's, not installed here ({LAB_INSTALL})", add_help=False)
+        sub.add_parser(name, help=f"the lab's, not installed here: {LAB_INSTALL}", add_help=False)
     return missing
 
 
