@@ -1,6 +1,7 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: creates the project's virtualenv if needed and
-# installs the project into it with the extras named in $SWARM_EXTRAS. Re-running is cheap: the
-# install is skipped while pyproject.toml and the extras are unchanged.
+# installs the project into it with the extras named in $SWARM_EXTRAS, and the lab (lab/, editable)
+# with those in $SWARM_LAB_EXTRAS when that is set. Re-running is cheap: the install is skipped
+# while pyproject.toml, lab/pyproject.toml and the extras are unchanged.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +18,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 stamp="$VENV/.swarm-installed"
-want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16) $SWARM_EXTRAS"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml" "$ROOT/scripts/bootstrap.sh" | sha256sum | cut -c1-16) $SWARM_EXTRAS ${SWARM_LAB_EXTRAS-}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "==> installing swarm-sapo[$SWARM_EXTRAS] into $VENV (first run takes a few minutes)"
     "$VENV/bin/pip" install --quiet --upgrade pip
@@ -26,7 +27,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     case ",$SWARM_EXTRAS," in
         *,worker,*) "$VENV/bin/pip" install --quiet "torch==2.13.0" ;;
     esac
-    "$VENV/bin/pip" install --quiet -e "$ROOT[$SWARM_EXTRAS]"
+    # The lab in the same resolve: its swarm-sapo[worker] is this checkout's.
+    lab=()
+    if [ -n "${SWARM_LAB_EXTRAS+set}" ]; then lab=(-e "$ROOT/lab[$SWARM_LAB_EXTRAS]"); fi
+    "$VENV/bin/pip" install --quiet -e "$ROOT[$SWARM_EXTRAS]" "${lab[@]}"
     echo "$want" > "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

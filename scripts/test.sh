@@ -3,6 +3,8 @@
 # Arguments are passed to pytest. Set DATABASE_URL and REDIS_URL to test against PostgreSQL
 # and Redis; leave them unset to test the embedded mode.
 SWARM_EXTRAS="coordinator,worker,dev"
+# The lab (lab/: the studies, their report generators and Celery queue), which its tests import.
+SWARM_LAB_EXTRAS="study,study-queue"
 source "$(dirname "$0")/bootstrap.sh"
 # Tests keep their own data directory (database file, broker queue, built models) apart from
 # the demo's, and need no real secret: a public key, as long as production mode (REDIS_URL)

@@ -66,7 +66,11 @@ def test_coordinator_processes_never_import_torch(tmp_path):
 
 def _long_modules() -> list[str]:
     long = []
-    paths = [*(ROOT / "worker").rglob("*.py"), *(ROOT / "swarm_app").rglob("*.py")]
+    paths = [
+        *(ROOT / "worker").rglob("*.py"),
+        *(ROOT / "swarm_app").rglob("*.py"),
+        *(ROOT / "lab").rglob("*.py"),
+    ]
     for path in sorted(p for p in paths if "migrations" not in p.parts):
         text = path.read_text()
         lines = text.count("\n")
@@ -86,10 +90,11 @@ def test_modules_are_short_or_say_why():
 def test_no_process_is_started_in_a_session_of_its_own():
     """Linux's autogroup scheduler shares the CPU between sessions first: a training process in a
     session of its own takes a whole session's share (docs/deploy.md, "Fair compute on one
-    machine"). The coordinator and the worker start every child in the starter's session."""
+    machine"). The coordinator, the worker and the lab start every child in the starter's session."""
     found = [
         f"{path.relative_to(ROOT)}:{number}"
-        for path in sorted([*(ROOT / "worker").rglob("*.py"), *(ROOT / "swarm_app").rglob("*.py")])
+        for folder in ("worker", "swarm_app", "lab")
+        for path in sorted((ROOT / folder).rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), start=1)
         if "start_new_session" in line
     ]
@@ -98,19 +103,34 @@ def test_no_process_is_started_in_a_session_of_its_own():
 
 def test_the_readme_names_every_part():
     """README.md's layout table names every top-level folder the repository tracks, every module
-    of the worker's shared, engine, client and cli packages, every app of the coordinator, every
-    benchmark and every test folder (worker/research/ is named by its files' prefixes)."""
+    of the worker's shared, engine, client, research and cli packages and of the lab's cli, every
+    app of the coordinator, every benchmark and every test folder (the lab's studies are named by
+    their files' prefixes)."""
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## What the parts are") : readme.index("## Development")]
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     folders = {line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line}
     names = [f"`{folder}/" for folder in folders if not folder.startswith(".")]
-    for package in ("worker/shared", "worker/engine", "worker/client", "worker/cli", "bench"):
+    packages = (
+        "worker/shared",
+        "worker/engine",
+        "worker/client",
+        "worker/research",
+        "worker/cli",
+        "lab/swarm_lab/cli",
+    )
+    for package in (*packages, "bench"):
         modules = (ROOT / package).glob("*.py")
         names += [f"`{path.name}`" for path in modules if path.name not in ("__init__.py", "__main__.py")]
     names += [f"`{path.name}/`" for path in (ROOT / "swarm_app").iterdir() if (path / "apps.py").exists()]
     names += [f"`{path.name}/`" for path in (ROOT / "tests").iterdir() if (path / "__init__.py").exists()]
-    names += ["`worker/research/`", "`study*.py`", "`heterogeneous*.py`", "`generation/`"]
+    names += ["`worker/research/`", "`generation/`", "`swarm_lab/`", "`study_queue/`"]
+    prefixes = ("study", "heterogeneous", "held_out")
+    lab_modules = {
+        path.stem for path in (ROOT / "lab" / "swarm_lab").glob("*.py") if path.name != "__init__.py"
+    }
+    assert all(module.startswith(prefixes) for module in lab_modules), sorted(lab_modules)
+    names += ["`study*.py`", "`heterogeneous*.py`", "`held_out.py`"]
     missing = [name for name in names if name not in table]
     assert missing == [], missing
 

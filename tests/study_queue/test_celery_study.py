@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from swarm_lab.study import StudyConfig
+from swarm_lab.study_runner import run_study
 from tests.servers import ROOT, stop
-from worker.research.study import StudyConfig
-from worker.research.study_runner import run_study
 
 pytestmark = [
     pytest.mark.slow,
@@ -208,7 +208,7 @@ def test_a_failing_cell_is_sent_again_then_reported(broker: str, tmp_path: Path)
     import redis
 
     from study_queue.submit import CeleryExecutor, cell_id
-    from worker.research.study import StudyError
+    from swarm_lab.study import StudyError
 
     worker = start_worker("worker-a", tmp_path / "worker-a", broker, tmp_path / "worker-a.log")
     try:

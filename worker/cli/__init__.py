@@ -3,11 +3,15 @@
 swarm-worker doctor                 check this machine before joining
 swarm-worker join URL               train with a swarm (token from --token or $SWARM_TOKEN)
 swarm-worker export --out DIR       the node's trained model as a Hugging Face model directory
+swarm-worker campaign-config        a campaign's settings from a preset and flags, checked, as JSON
+
+and, where the lab (lab/, distribution swarm-sapo-lab) is installed, its commands, found through
+the ``swarm_worker.commands`` entry points (this package never imports the lab):
+
 swarm-worker study [--quick]        run the SAPO table study (issues #8, #18, #29), resumable
 swarm-worker study-report [JSON]    write its markdown report and plots
 swarm-worker study-batches [JSON]   print what each arm generated and trained on, round by round
 swarm-worker heterogeneous          two model sizes in one pool vs a pool per size vs alone (#29)
-swarm-worker campaign-config        a campaign's settings from a preset and flags, checked, as JSON
 """
 
 from __future__ import annotations
@@ -16,11 +20,19 @@ import argparse
 import os
 import sys
 from collections.abc import MutableMapping
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from worker import __version__
-from worker.cli import campaign, heterogeneous, simulate
-from worker.cli import study as study_commands
+from worker.cli import campaign, simulate
+
+# The lab's commands and arms (lab/pyproject.toml's entry points): the volunteer's package runs
+# without them, and names them with the install that adds them.
+COMMANDS_GROUP = "swarm_worker.commands"  # each: a callable that adds its commands to the subparsers
+ARMS_GROUP = "swarm_worker.arms"  # a callable (name, 4/4-self window) -> Arm, ValueError if unknown
+LAB_COMMANDS = ("study", "study-report", "study-batches", "heterogeneous")
+LAB_INSTALL = "pip install -e './lab[study]' in a Swarm checkout (docs/experiments/README.md)"
 
 
 def default_data_dir() -> Path:
@@ -260,10 +272,27 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("-v", "--verbose", action="store_true")
     join.set_defaults(func=cmd_join)
 
-    study_commands.add_parsers(sub)
-    heterogeneous.add_parser(sub)
+    missing = add_lab_commands(sub)
     campaign.add_parser(sub)
+    parser.set_defaults(lab_missing=missing)
     return parser
+
+
+def add_lab_commands(sub: Any) -> tuple[str, ...]:
+    """Add the commands of every installed ``swarm_worker.commands`` entry point; the lab's
+    commands none added are listed with the install they need. Returns those."""
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(sub)
+    missing = tuple(name for name in LAB_COMMANDS if name not in sub.choices)
+    for name in missing:
+        sub.add_parser(name, help=f"the lab's, not installed here: {LAB_INSTALL}", add_help=False)
+    return missing
+
+
+def lab_missing(command: str) -> int:
+    """A lab command without the lab: one line that says how to install it, status 2."""
+    print(f"swarm-worker {command}: a command of the lab, not installed here: {LAB_INSTALL}", file=sys.stderr)
+    return 2
 
 
 def hub_telemetry_off(environ: MutableMapping[str, str]) -> None:
@@ -275,5 +304,10 @@ def hub_telemetry_off(environ: MutableMapping[str, str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     hub_telemetry_off(os.environ)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    # Before parsing: the lab's options are not known without it, and its command says only this.
+    if words and words[0] in parser.get_default("lab_missing"):
+        return lab_missing(words[0])
+    args = parser.parse_args(words)
     return args.func(args)

@@ -130,12 +130,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     campaign = CampaignConfig.from_json(values)
     b = campaign.questions_per_round
     self_window = pool_share_window(campaign.pool_window, args.agents)
-    if args.arms:  # the study's arms by name (worker/research/study.py), <arm>@B<n> too
-        from worker.research.study import StudyError, resolve_arm
+    if args.arms:  # the study's arms by name (the lab's, lab/swarm_lab/study.py), <arm>@B<n> too
+        from importlib.metadata import entry_points
 
+        from worker.cli import ARMS_GROUP, LAB_INSTALL
+
+        resolvers = entry_points(group=ARMS_GROUP)
+        if not resolvers:
+            return fail(f"--arms needs the lab's study arms: {LAB_INSTALL}")
+        resolve_arm = next(iter(resolvers)).load()
         try:
             arms = [resolve_arm(name, self_window) for name in args.arms.split(",")]
-        except StudyError as error:
+        except ValueError as error:
             return fail(str(error))
     elif args.preset == "sapo-table":
         arms = sapo_table_arms(b, self_window=self_window)

@@ -1,2 +1,3 @@
-"""Research on the engine without a coordinator: the in-process simulator, the SAPO table
-study's runner, its analysis and its report. Depends on worker.engine and worker.shared."""
+"""Research on the engine without a coordinator: the in-process simulator (``swarm-worker
+simulate``). The studies built on it are the lab's (lab/swarm_lab/). Depends on worker.engine and
+worker.shared."""

@@ -212,7 +212,7 @@ def run_arm(
     """Run one arm to ``config.rounds``; resumes from ``checkpoint_dir`` when it holds one.
 
     ``observe(swarm)`` runs before the first round and after every round (a study's held-out
-    evaluation, worker/research/held_out.py); it must leave the agents and every RNG as it found
+    evaluation, lab/swarm_lab/held_out.py); it must leave the agents and every RNG as it found
     them."""
     torch.manual_seed(config.seed)
     swarm = Swarm(config, arm, cache_dir, log=log)

@@ -5,7 +5,7 @@ renames it over the target (or, ``exclusive``, hard-links it into place, which f
 target exists): a reader never sees half a file, and a crash mid-write leaves the previous
 version intact. It writes the node's identity and stats (worker/client/identity.py),
 checkpoints (worker/engine/checkpoint.py), the simulator's state (worker/research/simulate.py)
-and the study's results (worker/research/study_runner.py).
+and the study's results (lab/swarm_lab/study_runner.py).
 """
 
 from __future__ import annotations

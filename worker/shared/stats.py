@@ -1,6 +1,6 @@
 """Small-sample statistics for comparing arms over seeds: seeded, deterministic, numpy only.
 
-Used by the SAPO table study (worker/research/study_analysis.py) and the coordinator's dashboard, so that each
+Used by the SAPO table study (lab/swarm_lab/study_analysis.py) and the coordinator's dashboard, so that each
 quantity is computed one way everywhere.
 
 * :func:`bootstrap_interval`: percentile bootstrap interval of a mean.

@@ -211,7 +211,7 @@ def test_the_batches_of_issue_29s_arms_differ_as_designed(tiny_1m_dir):
     plus 4 external; backfill trains on every informative own group of its 8 and asks the pool
     for exactly 8 minus those; 4/4-decay (T = 2) asks for J = 4, 2, 0 and gives the slots to own
     groups; every round reports what it generated and trained on (compute)."""
-    from worker.research.study import resolve_arm
+    from swarm_lab.study import resolve_arm
 
     cfg = config(agents=3, rounds=3)
     seen: dict[str, list[tuple[float, float, float]]] = {}
@@ -265,7 +265,7 @@ def test_num_tokens_adds_up_the_rounds_trained_tokens(tiny_1m_dir):
 def test_an_arm_at_a_smaller_b_gets_a_prefix_of_every_rounds_questions(tiny_1m_dir):
     """Pairing round by round: in the simulator 4/4@B4's 4 questions of round r are the first 4
     of the 8 that 8/0 gets in round r (not round r // 2's last ones)."""
-    from worker.research.study import resolve_arm
+    from swarm_lab.study import resolve_arm
 
     cfg = config(agents=2, rounds=1, group_size=2)
     plain, half = (swarm(cfg, resolve_arm(name), tiny_1m_dir.parent) for name in ("8/0", "4/4@B4"))

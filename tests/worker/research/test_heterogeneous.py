@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.research.heterogeneous import HeterogeneousConfig, run_heterogeneous
-from worker.research.heterogeneous_report import tier_view, write_report
+from swarm_lab.heterogeneous import HeterogeneousConfig, run_heterogeneous
+from swarm_lab.heterogeneous_report import tier_view, write_report
+from swarm_lab.study import StudyError
 from worker.research.simulate import pool_windows
-from worker.research.study import StudyError
 
 
 def test_a_pool_per_size_holds_the_same_share_of_the_window_as_of_the_agents():

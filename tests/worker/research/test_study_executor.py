@@ -19,7 +19,7 @@ def test_the_celery_executor_without_its_extra_says_what_to_install(
     monkeypatch.setitem(sys.modules, "study_queue.submit", None)  # as where the extra is missing
     out = tmp_path / "results.json"
     assert main([command, "--quick", "--out", str(out), "--executor", "celery"]) == 2
-    assert "pip install 'swarm-sapo[study-queue]'" in capsys.readouterr().err
+    assert "pip install 'swarm-sapo-lab[study-queue]'" in capsys.readouterr().err
     assert not out.exists()
 
 

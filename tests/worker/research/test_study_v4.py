@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker.research.test_study import run_cli
-from worker.research.study import (
+from swarm_lab.study import (
     V4_DEFAULT_ARMS,
     V4_FAMILY,
     V4_NEW_ARMS,
@@ -19,7 +18,8 @@ from worker.research.study import (
     StudyError,
     resolve_arm,
 )
-from worker.research.study_runner import _open_results, pending_cells, run_cell, run_study, tree_state
+from swarm_lab.study_runner import _open_results, pending_cells, run_cell, run_study, tree_state
+from tests.worker.research.test_study import run_cli
 
 
 def test_each_v4_control_differs_from_its_arm_in_one_thing():
@@ -116,7 +116,7 @@ def test_a_full_run_refuses_a_tree_with_uncommitted_changes(tmp_path: Path, monk
     dirty = tree_state(repo / "results.json", root=repo)
     assert dirty["commit"] == clean["commit"] and len(dirty["diff_sha256"]) == 64
 
-    import worker.research.study_runner as runner
+    import swarm_lab.study_runner as runner
 
     monkeypatch.setattr(runner, "tree_state", lambda out: dirty)
     out = tmp_path / "v4.json"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.research.study import V4_DEFAULT_ARMS, StudyConfig
-from worker.research.study_runner import _open_results
-from worker.research.study_v4_report import write_report
+from swarm_lab.study import V4_DEFAULT_ARMS, StudyConfig
+from swarm_lab.study_runner import _open_results
+from swarm_lab.study_v4_report import write_report
 
 
 def synthetic(tmp_path: Path) -> tuple[dict, dict]:

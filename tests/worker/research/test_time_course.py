@@ -1,33 +1,27 @@
 """Issue #29 items 4 and 7: the time course of paired differences (windows = thirds of the
 horizon, per-seed slopes, "crosses over" by a stated rule) and wording no stronger than the
-numbers (no one-word "Sharing" without a gain, "still rising" only with an interval above 0,
-"possibly lower" only where the t-interval agrees, a follow-up's Holm p not called the
-pre-registered family's, reused cells not counted as compute), on constructed results."""
+numbers ("possibly lower" only where the t-interval agrees), on constructed results. The v2 and
+v3 answers' wording went with their report generators (issue #51)."""
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from worker.research.study import FAMILY, V3_FAMILY, StudyConfig
-from worker.research.study_analysis import (
+from swarm_lab.study import FAMILY, V3_FAMILY, StudyConfig
+from swarm_lab.study_analysis import (
     CROSSES,
     ONE_SIGN,
     SIGN_CHANGE_NOT_SHOWN,
     Comparison,
-    analyse,
-    late_trend,
     time_course,
     window_bounds,
 )
-from worker.research.study_report import answer, compute_words, write_report
-from worker.research.study_text import trend_words, verdict_words
+from swarm_lab.study_text import time_course_line, verdict_words
 from worker.shared import stats
 
 ROUNDS = 45
@@ -106,10 +100,9 @@ def test_a_difference_that_falls_from_plus_to_minus_crosses_over():
     assert first.difference.values[0] == pytest.approx(sum(d0[:15]) / 15)
     assert course.slope.mean == pytest.approx(-0.026 / 44, rel=0.1) and course.slope.negative == 10
     assert course.shape == CROSSES
-    text = "\n".join(answer(results, analyse(results, 2000)))
+    text = time_course_line(course)
     assert "4/4 - 8/0 **crosses over** (from above to below 0): above 0 in rounds 1-15" in text
     assert "negative in 10 of 10 seeds" in text
-    assert "*crosses over* when one window's difference lies above 0 and another's below 0" in text
 
 
 def test_a_sign_change_without_both_signs_established_is_not_called_a_crossover():
@@ -120,18 +113,19 @@ def test_a_sign_change_without_both_signs_established_is_not_called_a_crossover(
     assert course.windows[0].difference.side == 1 and course.windows[-1].difference.side == 0
     assert course.windows[-1].difference.mean < 0
     assert course.shape == SIGN_CHANGE_NOT_SHOWN
-    text = "\n".join(answer(results, analyse(results, 2000)))
+    text = time_course_line(course)
     assert "crosses over**" not in text and "4/4 - 8/0 changes sign between windows" in text
     # and a difference of one sign throughout is neither
     steady = v2_results(lambda r: 0.01 + 0 * r)
-    assert time_course(steady, "4/4", "8/0", resamples=2000).shape == ONE_SIGN
-    text = "\n".join(answer(steady, analyse(steady, 2000)))
+    course = time_course(steady, "4/4", "8/0", resamples=2000)
+    assert course.shape == ONE_SIGN
+    text = time_course_line(course)
     assert "4/4 - 8/0 stays above 0 in every window (established in rounds 1-15, 16-30, 31-45)" in text
     # one sign only by its means, within the noise: no sign claimed
     faint = v2_results(lambda r: 0.0002 + 0 * r, noise=0.01)
     course = time_course(faint, "4/4", "8/0", resamples=2000)
     assert course.shape == ONE_SIGN and {w.difference.side for w in course.windows} == {0}
-    text = "\n".join(answer(faint, analyse(faint, 2000)))
+    text = time_course_line(course)
     assert "- 4/4 - 8/0: the window means are above 0 (or 0), none established: no sign shown" in text
     assert "4/4 - 8/0 stays above" not in text
 
@@ -185,135 +179,3 @@ def test_possibly_lower_only_where_the_t_interval_agrees():
     assert firm.verdict() == "suggestive-lower"
     assert verdict_words(firm).startswith("possibly lower (bootstrap and t-intervals below zero")
     assert verdict_words(comparison([0.4])).startswith("no verdict (1 paired seed")
-
-
-def test_still_rising_only_when_the_late_slope_excludes_zero():
-    rng = np.random.default_rng(1)
-    rising = results_from({"8/0": {s: list(base_curve(s, rng)) for s in range(6)}})
-    late = late_trend(rising, analyse(rising, 2000), 2000)
-    assert late[:2] == (31, 45) and late[2].side == 1
-    assert trend_words(late).startswith("still rising: +0.0040")
-    flat_curves = {s: list(0.5 + rng.normal(0, 0.01, ROUNDS)) for s in range(6)}
-    flat = results_from({"8/0": flat_curves})
-    late = late_trend(flat, analyse(flat, 2000), 2000)
-    assert late[2].side == 0 and trend_words(late).startswith("about flat (its intervals include 0)")
-    # a tiny positive slope with spread: flat, not "still rising", though its mean is above 0.001
-    wobble = {s: list(0.5 + (0.002 + rng.normal(0, 0.004)) * np.arange(ROUNDS)) for s in range(4)}
-    late = late_trend(results_from({"8/0": wobble}), analyse(results_from({"8/0": wobble}), 2000), 2000)
-    assert late[2].mean > 0.001 and late[2].side == 0 and "still rising" not in trend_words(late)
-
-
-def test_no_one_word_sharing_where_4_4_shows_no_gain_over_8_0():
-    """4/4 above its self-replay control but not above 8/0: the bold answer says there is no gain
-    to explain, not "Sharing"; with a real gain over 8/0 it still says "Sharing"."""
-    rng = np.random.default_rng(4)
-    curves: dict[str, dict[int, list[float]]] = {n: {} for n in ("8/0", "4/4", "4/4-self", "8/0-dyn")}
-    for s in range(10):
-        base = base_curve(s, rng)
-        curves["8/0"][s] = list(base + 0.01)
-        curves["4/4"][s] = list(base + 0.01 + rng.normal(0, 0.002, ROUNDS))
-        curves["4/4-self"][s] = list(base)
-        curves["8/0-dyn"][s] = list(base)
-    results = results_from(curves)
-    text = "\n".join(answer(results, analyse(results, 2000)))
-    assert "**Sharing**" not in text and "**There is no gain of 4/4 over 8/0 to explain**" in text
-    assert "other agents' rollouts are worth more than the agent's own replayed ones" in text
-    assert text.count("no gain of 4/4 over 8/0 to explain") == 1  # not repeated below
-    for s in range(10):
-        curves["8/0"][s] = list(np.array(curves["8/0"][s]) - 0.01)
-    results = results_from(curves)
-    assert "**Sharing**" in "\n".join(answer(results, analyse(results, 2000)))
-
-
-def follow_up_results() -> dict:
-    results = v2_results(lambda r: 0.01 + 0 * r)
-    config = results["config"]
-    config["follow_up"] = "4/4-self with a 27-group window, chosen after the main study's data."
-    config["cells_reused"] = {"arm": "4/4", "from": "main.json", "why": "same cells"}
-    config["cells"] = {
-        f"{n}|{s}": {"seconds": 300.0 if n == "4/4" else 60.0} for n in results["arms"] for s in range(10)
-    }
-    config.update(elapsed_seconds=3000.0 + 1800.0, wall_seconds=900.0, cells_done=40, jobs=2, machine="test")
-    return results
-
-
-def test_a_follow_ups_holm_p_is_not_called_the_pre_registered_familys(tmp_path: Path):
-    path = tmp_path / "follow.json"
-    results = follow_up_results()
-    path.write_text(json.dumps(results))
-    text = write_report(path, resamples=300).read_text()
-    assert "> **Follow-up, not pre-registered.**" in text
-    assert "over the pre-registered family" not in text
-    assert "of the family this file holds (a follow-up, so exploratory)" in text
-    # the follow-up holds 4/4 and 4/4-self only: no gain over 8/0 shown, so no one-word "Sharing"
-    del results["arms"]["8/0"], results["curves"]["8/0"]
-    results["config"]["arms"].remove("8/0")
-    path.write_text(json.dumps(results))
-    text = write_report(path, resamples=300).read_text()
-    assert "**Sharing**" not in text and "**Other agents' rollouts beat self-replay**" in text
-    assert "this file has no 4/4 - 8/0 comparison, so it does not show a gain of 4/4 to explain" in text
-
-
-def test_the_compute_line_does_not_count_reused_cells():
-    config = follow_up_results()["config"]
-    words = compute_words(config)
-    # 30 computed cells of 60 s: 30 process-minutes; the 10 reused 4/4 cells (50 min) are named
-    assert words.startswith("- Compute: 30.0 process-minutes over the 30 cells this run computed")
-    assert "not counted: the 10 reused cells (4/4 from main.json), 50.0 process-minutes" in words
-    per_round = 1800.0 / (30 * config["agents"] * config["rounds"])
-    assert f"{per_round:.2f} s per agent-round" in words
-    del config["cells_reused"]
-    assert compute_words(config).startswith("- Compute: 80.0 process-minutes over the 40 cells")
-
-
-def test_the_v3_report_reads_a_partial_file(tmp_path: Path):
-    """Cells missing: the report says how many of how many, gives no verdict on a comparison with
-    fewer than 2 paired seeds, and still draws its time course and plots."""
-    rng = np.random.default_rng(9)
-    curves: dict[str, dict[int, list[float]]] = {n: {} for n in ("8/0", "4/4@B4", "backfill", "8/0-dyn")}
-    for s in range(3):
-        base = base_curve(s, rng)
-        for name in curves:
-            if name == "4/4@B4" and s > 0:
-                continue  # not run yet
-            curves[name][s] = list(base + (0.02 - 0.0009 * np.arange(ROUNDS) if name == "backfill" else 0))
-    results = results_from(curves, design="v3")
-    results["config"].update(complete=False, cells_done=10, cells_total=12)
-    path = tmp_path / "partial.json"
-    path.write_text(json.dumps(results))
-    text = write_report(path, resamples=300).read_text()
-    assert "> **Incomplete**: 10 of 12 cells." in text
-    assert "The study is incomplete (10 of 12 cells)" in text
-    assert "**No verdict yet**: 4/4@B4 and 8/0 have 1 paired seed so far" in text
-    assert "4/4@B4 vs 8/0 no verdict (1 paired seed; at least 2 are needed)" in text
-    assert "4/4@B4 - 8/0: no verdict on the time course (1 paired seed" in text
-    assert "| 4/4@B4 - 8/0 |" in text and "no verdict (< 2 seeds) |" in text
-    assert "backfill - 8/0 **crosses over** (from above to below 0)" in text
-    # relative differences with their interval, and none for the arm with one paired seed
-    assert re.search(
-        r"from 8/0 in cumulative reward \(95% bootstrap, seeds as pairs\): backfill [+-]\d+\.\d% \[", text
-    )
-    assert "4/4@B4 +" not in text.split("Relative differences from 8/0")[1].split("\n")[0]
-    assert "## Time course" in text and "](partial-timecourse.png)" in text
-    assert (tmp_path / "partial-timecourse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not math.isnan(analyse(results, 300).arms["4/4@B4"].mean)
-
-
-def test_the_v3_headline_says_when_its_primary_crosses_over():
-    """4/4@B4 above 8/0 over the run (every seed) but below it late: the headline's "Yes" is
-    followed by the crossover, not left as one number."""
-    rng = np.random.default_rng(12)
-    curves: dict[str, dict[int, list[float]]] = {n: {} for n in ("8/0", "4/4@B4", "backfill", "8/0-dyn")}
-    for s in range(10):
-        base = base_curve(s, rng)
-        for name in curves:
-            shift = 0.03 - 0.0012 * np.arange(ROUNDS) if name == "4/4@B4" else 0.0
-            curves[name][s] = list(base + shift + rng.normal(0, 0.001, ROUNDS))
-    results = results_from(curves, design="v3")
-    text = "\n".join(answer(results, analyse(results, 2000)))
-    headline = text.split("\n")[0]
-    assert "**Yes for 4/4@B4**" in headline
-    assert (
-        "Over the rounds it is not one effect: 4/4@B4 - 8/0 **crosses over** (from above to below 0)"
-        in headline
-    )

@@ -1,5 +1,5 @@
 """``swarm-worker study``, ``study-report`` and ``study-batches``: the SAPO table study
-(worker/research/study.py), its report and what each arm trained on."""
+(lab/swarm_lab/study.py), its report and what each arm trained on."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli import executors
-from worker.cli.defaults import fill_defaults, formatter
-from worker.research.study import (
+from swarm_lab.cli import executors
+from swarm_lab.study import (
     ARM_ORDER,
     DEFAULT_DESIGN,
     DEFAULT_OUT,
@@ -22,7 +21,8 @@ from worker.research.study import (
     StudyConfig,
     StudyError,
 )
-from worker.research.study_runner import DEFAULT_JOBS, run_study
+from swarm_lab.study_runner import DEFAULT_JOBS, run_study
+from worker.cli.defaults import fill_defaults, formatter
 
 REPORT_DEFAULTS = {"resamples": "worker.shared.stats:BOOTSTRAP_RESAMPLES"}
 
@@ -99,8 +99,9 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_study_report(args: argparse.Namespace) -> int:
-    """Write the study's markdown report and PNG plots from its results JSON."""
-    from worker.research.study_report import write_report
+    """Write the study's markdown report and PNG plots from its results JSON (v4's and the
+    heterogeneous swarm's; a retired design's report is its committed file, which it names)."""
+    from swarm_lab.study_report import RetiredDesign, write_report
 
     fill_defaults(args, REPORT_DEFAULTS)
     if not args.results.exists():
@@ -110,16 +111,22 @@ def cmd_study_report(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401
     except ImportError:
         print(
-            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo[study]')", file=sys.stderr
+            "swarm-worker study-report: needs matplotlib (pip install 'swarm-sapo-lab[study]')",
+            file=sys.stderr,
         )
         return 2
-    print(f"report: {write_report(args.results, args.out, args.resamples)}")
+    try:
+        report = write_report(args.results, args.out, args.resamples)
+    except RetiredDesign as error:
+        print(f"swarm-worker study-report: {error}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
     return 0
 
 
 def cmd_study_batches(args: argparse.Namespace) -> int:
     """Print, per arm and round, what the study's agents generated and trained on."""
-    from worker.research.study_batches import batches_text
+    from swarm_lab.study_batches import batches_text
 
     if not args.results.exists():
         print(f"swarm-worker study-batches: no results at {args.results}", file=sys.stderr)

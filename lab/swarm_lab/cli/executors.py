@@ -10,8 +10,8 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.research.study import StudyError
-from worker.research.study_runner import CellExecutor
+from swarm_lab.study import StudyError
+from swarm_lab.study_runner import CellExecutor
 
 EXECUTORS = ("local", "celery")
 CELERY_EXECUTOR = "study_queue.submit"
@@ -42,7 +42,7 @@ def cell_executor(args: argparse.Namespace, out: Path, log: Callable[[str], None
         module = importlib.import_module(CELERY_EXECUTOR)
     except ImportError as error:
         raise StudyError(
-            f"--executor celery needs the study-queue extra (pip install 'swarm-sapo[study-queue]'): {error}"
+            f"--executor celery needs the study-queue extra (pip install 'swarm-sapo-lab[study-queue]'): {error}"
         ) from None
     try:
         return module.CeleryExecutor(out, broker=args.broker, log=log)

@@ -1,14 +1,11 @@
-"""The SAPO table study's statistics: per-arm means and paired comparisons from its results.
+"""The studies' statistics from a results file: paired comparisons of arms, estimates over
+seeds, and the time course of a paired difference (the heterogeneous swarm's report; v4's uses
+:func:`established_side`).
 
 Intervals are percentile bootstrap intervals over seeds; comparisons pair arms by seed and
 test them with the exact sign-flip test (worker/shared/stats.py). Holm's adjustment runs over
-the pre-registered family (:data:`~worker.research.study.FAMILY`) only; the exploratory
-comparisons keep their unadjusted p (``holm_p`` is NaN for them).
-
-A results file of the old design (issue #8: no 4/4-self, no ``preregistered`` in its config)
-is still read: its primary was 4/4 - 8/0-filtered and its Holm family every comparison it
-holds, as its report said; ``Analysis.old_design`` tells the report to say so. A file of
-design v3 (issue #29, ``config.design``) is read with v3's family (4/4@B4 - 8/0 primary).
+the pre-registered family a caller names only; the exploratory comparisons keep their
+unadjusted p (``holm_p`` is NaN for them).
 """
 
 from __future__ import annotations
@@ -17,30 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.research.study import (
-    COMPARISONS,
-    FAMILY,
-    OLD_COMPARISONS,
-    OLD_PRIMARY,
-    PRIMARY,
-    V3_COMPARISONS,
-    V3_FAMILY,
-    V3_PRIMARY,
-    design_of,
-    seed_key,
-)
+from swarm_lab.study import seed_key
 from worker.shared import stats
-
-
-@dataclass
-class ArmSummary:
-    name: str
-    seeds: list[int]
-    values: list[float]  # cumulative reward per seed
-    mean: float
-    interval: tuple[float, float] | None
-    first_reward: float  # mean reward over seeds in the first and last tenth of the rounds
-    last_reward: float
 
 
 @dataclass
@@ -80,71 +55,9 @@ class Comparison:
         return direction if self.p_value <= alpha else f"suggestive-{direction}"
 
 
-@dataclass
-class Analysis:
-    config: dict[str, Any]
-    arms: dict[str, ArmSummary]
-    comparisons: list[Comparison]
-    resamples: int
-    old_design: bool = False  # a results file of issue #8's design
-    primary: tuple[str, str] = PRIMARY
-    design: str = "v2"  # v1 (issue #8), v2 (issue #18) or v3 (issue #29)
-    family_size: int = 0  # comparisons in the Holm family (those the file can make)
-
-    @property
-    def family(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.preregistered]
-
-
-def is_old_design(results: dict[str, Any]) -> bool:
-    """True for a results file written before issue #18 (no pre-registered family in its config)."""
-    return "preregistered" not in results["config"]
-
-
 def _seed_values(results: dict[str, Any], name: str) -> dict[int, float]:
     seeds = results["config"]["seeds"]
     return {s: v for s, v in zip(seeds, results["arms"].get(name, []), strict=False) if v is not None}
-
-
-def analyse(results: dict[str, Any], resamples: int = stats.BOOTSTRAP_RESAMPLES) -> Analysis:
-    """Per-arm means with bootstrap intervals over seeds and the paired comparisons."""
-    config = results["config"]
-    rounds = config["rounds"]
-    tenth = max(1, rounds // 10)
-    arms: dict[str, ArmSummary] = {}
-    for name in config["arms"]:
-        values = _seed_values(results, name)
-        if not values:
-            continue
-        curves = [results["curves"][name][seed_key(s)] for s in values]
-        arms[name] = ArmSummary(
-            name,
-            list(values),
-            list(values.values()),
-            sum(values.values()) / len(values),
-            stats.bootstrap_interval(list(values.values()), resamples),
-            sum(sum(c[:tenth]) / tenth for c in curves) / len(curves),
-            sum(sum(c[-tenth:]) / tenth for c in curves) / len(curves),
-        )
-    design = design_of(results)
-    old = design == "v1"
-    pairs, family_pairs, primary = {
-        "v1": (OLD_COMPARISONS, OLD_COMPARISONS, OLD_PRIMARY),
-        "v2": (COMPARISONS, FAMILY, PRIMARY),
-        "v3": (V3_COMPARISONS, V3_FAMILY, V3_PRIMARY),
-    }[design]
-    comparisons = compare(results, pairs, family_pairs, resamples, known=set(arms))
-    members = [c for c in comparisons if c.preregistered]
-    return Analysis(
-        config,
-        arms,
-        comparisons,
-        resamples,
-        old_design=old,
-        primary=primary,
-        family_size=len(members),
-        design=design,
-    )
 
 
 def compare(
@@ -332,40 +245,3 @@ def time_course(
     slopes = [stats.least_squares_slope(range(1, rounds + 1), d) for d in diffs]
     slope = estimate([s for s in slopes if s is not None], resamples) if rounds >= 2 else None
     return TimeCourse(a, b, [s for s, _, _ in pairs], diffs, out, slope)
-
-
-def time_courses(
-    results: dict[str, Any], analysis: Analysis, resamples: int = stats.BOOTSTRAP_RESAMPLES
-) -> list[TimeCourse]:
-    """The time course of each of the analysis's comparisons, in its order."""
-    windows = (results["config"].get("preregistered") or {}).get("windows") or 3
-    courses = [time_course(results, c.a, c.b, windows, resamples) for c in analysis.comparisons]
-    return [c for c in courses if c is not None]
-
-
-def late_trend(
-    results: dict[str, Any], analysis: Analysis, resamples: int = stats.BOOTSTRAP_RESAMPLES
-) -> tuple[int, int, Estimate] | None:
-    """The slope (reward per round) over the last window's rounds (the last third) of the mean
-    reward over the arms: least squares per seed on the mean curve of the arms that seed ran,
-    then the mean over seeds with its intervals. Returns (first round, last round, estimate);
-    None with fewer than 3 rounds in that window."""
-    per_seed: dict[int, list[list[float]]] = {}
-    for name, arm in analysis.arms.items():
-        for seed in arm.seeds:
-            curve = _curve(results, name, seed)
-            if curve is not None:
-                per_seed.setdefault(seed, []).append(curve)
-    if not per_seed:
-        return None
-    rounds = min(len(c) for curves in per_seed.values() for c in curves)
-    start, stop = window_bounds(rounds)[-1] if rounds else (0, 0)
-    if stop - start < 3:
-        return None
-    slopes = []
-    for curves in per_seed.values():
-        mean = [sum(c[r] for c in curves) / len(curves) for r in range(start, stop)]
-        slope = stats.least_squares_slope(range(start + 1, stop + 1), mean)
-        if slope is not None:
-            slopes.append(slope)
-    return start + 1, stop, estimate(slopes, resamples)

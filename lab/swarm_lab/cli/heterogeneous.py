@@ -1,5 +1,5 @@
 """``swarm-worker heterogeneous``: run (or resume) the heterogeneous swarm study
-(worker/research/heterogeneous.py); its report comes from ``swarm-worker study-report``."""
+(lab/swarm_lab/heterogeneous.py); its report comes from ``swarm-worker study-report``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli import executors
-from worker.research.heterogeneous import OUT, QUICK_OUT, HeterogeneousConfig, run_heterogeneous
-from worker.research.study import StudyError
-from worker.research.study_runner import DEFAULT_JOBS
+from swarm_lab.cli import executors
+from swarm_lab.heterogeneous import OUT, QUICK_OUT, HeterogeneousConfig, run_heterogeneous
+from swarm_lab.study import StudyError
+from swarm_lab.study_runner import DEFAULT_JOBS
 
 
 def cmd_heterogeneous(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ cumulative training reward (v3's measure), two-sided exact sign-flip test over 1
 
 **Pre-registered held-out family (v4), Holm over its four only** (:data:`V4_HELD_OUT_FAMILY`):
 the same four comparisons on held-out accuracy (exact-correct share) at the last point (round
-45), worker/research/held_out.py: a fixed evaluation set of 64 questions per task per seed from
+45), lab/swarm_lab/held_out.py: a fixed evaluation set of 64 questions per task per seed from
 seeds no training stream reaches, greedy answers, at rounds 0, 15, 30 and 45 of every cell; the
 report says, per comparison, whether its sign on held-out accuracy agrees with its sign on
 training reward. Held-out graded reward is reported beside it, not tested.
@@ -128,9 +128,10 @@ own first B x G completions of round r (8/0-dyn's extra questions excluded, so e
 measured on the same questions). This is the paper's measure (its 561.79 for 8/0 over 2000
 rounds is 0.28 per round: a mean over agents, not a sum).
 
-``swarm-worker study`` runs it (worker/research/study_runner.py); ``swarm-worker study-report``
-analyses the results file (worker/research/study_analysis.py) and writes the markdown report
-and its PNG plots (worker/research/study_report.py; matplotlib, the ``study`` extra).
+``swarm-worker study`` runs it (lab/swarm_lab/study_runner.py); ``swarm-worker study-report``
+writes v4's markdown report and its PNG plots (lab/swarm_lab/study_v4_report.py; matplotlib,
+the ``study`` extra). The report generators of v1 to v3 are retired (issue #51): their reports
+are the committed files beside their results (docs/experiments/).
 """
 
 from __future__ import annotations
@@ -259,20 +260,6 @@ QUICK_ARMS = {"v2": ARM_ORDER[:8], "v3": ARM_ORDER[:12], "v4": V4_DEFAULT_ARMS}
 WINDOWS = 3  # exploratory time course: the horizon in thirds
 DESIGNS = ("v2", "v3", "v4")
 DEFAULT_DESIGN = "v4"
-# The old design's (issue #8) primary and comparisons (its Holm family: all of them), to read
-# its results file as its report did.
-OLD_PRIMARY = ("4/4", "8/0-filtered")
-OLD_COMPARISONS = [
-    OLD_PRIMARY,
-    ("4/4", "4/4-unfiltered"),
-    ("6/2", "8/0-filtered"),
-    ("2/6", "8/0-filtered"),
-    ("4/4", "8/0"),
-    ("6/2", "8/0"),
-    ("2/6", "8/0"),
-    ("8/0-filtered", "8/0"),
-    ("4/4-unfiltered", "8/0"),
-]
 # Per-round means over the agents kept for each cell: what shows the mechanism (agent metrics,
 # worker/engine/agent.py and trainer.py).
 MECHANISM_METRICS = [
@@ -362,7 +349,7 @@ class StudyConfig:
     design: str = DEFAULT_DESIGN  # "v4" (issue #49), "v3" (issue #29) or "v2" (issue #18)
     decay_rounds: int = DEFAULT_DECAY_ROUNDS  # 4/4-decay's T (v3)
     backfill_self_window: int = V4_BACKFILL_SELF_WINDOW  # backfill-self's window in own groups (v4)
-    # held-out evaluation (v4, worker/research/held_out.py): rounds done at which every agent is
+    # held-out evaluation (v4, lab/swarm_lab/held_out.py): rounds done at which every agent is
     # evaluated (None: the design's, scaled to the horizon) and questions per task
     held_out_points: list[int] | None = None
     held_out_per_task: int = V4_HELD_OUT_PER_TASK

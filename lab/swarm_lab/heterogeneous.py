@@ -6,7 +6,7 @@ isolated reward per model size). Rollouts are text, so they cross sizes: an agen
 another agent's completions with its own tokenizer (worker/engine/agent.py).
 
 **Arms.** Both sharing arms use the same swarm rule, ``swarm_arm`` (default 4/4 at B = 8: the
-platform's default campaign; worker/research/study.py names the arms):
+platform's default campaign; lab/swarm_lab/study.py names the arms):
 
 * ``mixed``: 4 tiny-1m + 4 tiny-5m agents sharing one pool (window ``pool_window`` = 256
   rollouts over the 8 agents);
@@ -19,7 +19,7 @@ Agent i has the same size, question stream and generation seeds in every arm, so
 one seed pair agent for agent.
 
 **Measure**, per size s: the cumulative reward of a cell (arm, seed) is the sum over rounds of
-the mean reward over that size's agents (the SAPO study's measure, worker/research/study.py,
+the mean reward over that size's agents (the SAPO study's measure, lab/swarm_lab/study.py,
 restricted to one size).
 
 **Pre-registered** (here, before any of its data): per size, the primary comparison is
@@ -36,7 +36,7 @@ Results (``docs/experiments/heterogeneous-cpu.json``)::
 
 ``swarm-worker heterogeneous`` runs it (resumable: cells are written as they finish);
 ``swarm-worker study-report docs/experiments/heterogeneous-cpu.json`` writes its report
-(worker/research/heterogeneous_report.py).
+(lab/swarm_lab/heterogeneous_report.py).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
-from worker.research.study_runner import CellExecutor, model_build, resume, run_cells, versions
+from swarm_lab.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
+from swarm_lab.study_runner import CellExecutor, model_build, resume, run_cells, versions
 from worker.shared.config import DEFAULT_POOL_WINDOW
 from worker.shared.files import write_json_atomic
 
@@ -131,7 +131,7 @@ class HeterogeneousConfig:
         return data
 
     def cell_settings(self, arm: str) -> tuple[dict[str, Any], str]:
-        """What :func:`worker.research.study_runner.run_cell` runs for ``arm``, and the study arm
+        """What :func:`swarm_lab.study_runner.run_cell` runs for ``arm``, and the study arm
         it runs under that name."""
         tiers = self.agent_tiers()
         settings = {
@@ -218,7 +218,7 @@ def run_heterogeneous(
     executor: CellExecutor | None = None,
 ) -> dict[str, Any]:
     """Run every missing cell (seed by seed, all arms of a seed first) into ``out``, resuming it;
-    ``executor`` runs the cells instead of :func:`worker.research.study_runner.run_cells`."""
+    ``executor`` runs the cells instead of :func:`swarm_lab.study_runner.run_cells`."""
     results = _open(out, config)
     cfg = results["config"]
     todo = [

@@ -1,4 +1,4 @@
-"""Running the SAPO table study (worker/research/study.py): its cells, resumably.
+"""Running the SAPO table study (lab/swarm_lab/study.py): its cells, resumably.
 
 A cell is one :func:`worker.research.simulate.run_arm`. Cells run seed by seed (all arms of
 seed 0, then seed 1, ...; v4: its new arms' cells first, then its reruns of v3's), so an
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import (
+from swarm_lab.study import (
     ARM_ORDER,
     BATCH,
     CUMULATIVE_DEFINITION,
@@ -58,7 +58,7 @@ from worker.shared.files import write_json_atomic
 
 DEFAULT_JOBS = min(2, os.cpu_count() or 1)
 
-# What runs cells: run_cells, or a callable like it (study_queue/submit.py: --executor celery).
+# What runs cells: run_cells, or a callable like it (lab/study_queue/submit.py: --executor celery).
 Cell = tuple[Any, dict[str, Any], str, int]
 CellExecutor = Callable[[list[Cell], int, bool, Callable[[Any, dict[str, Any]], None]], None]
 
@@ -80,7 +80,7 @@ def run_cell(
     agents train and generate (a study queue worker's ``SWARM_STUDY_DEVICE``; local runs: cpu).
     """
     _set_one_thread()
-    from worker.research.held_out import HeldOut
+    from swarm_lab.held_out import HeldOut
     from worker.research.simulate import SimulationConfig, run_arm
     from worker.shared.config import AgentConfig, GRPOConfig
     from worker.shared.questions import preset
@@ -111,7 +111,7 @@ def run_cell(
         pool_window=settings["pool_window"],
         backend="transformers",  # the CPU study; vLLM agents would not be one thread each
         device=device,
-        # a heterogeneous swarm (worker/research/heterogeneous.py): agent i's tier, pools per tier
+        # a heterogeneous swarm (lab/swarm_lab/heterogeneous.py): agent i's tier, pools per tier
         tiers=settings.get("tiers"),
         pool_per_tier=settings.get("pool_per_tier", False),
     )
@@ -389,7 +389,7 @@ def _open_results(out: Path, config: StudyConfig) -> dict[str, Any]:
             "arms": arms,
             "arm_definitions": definitions,
             "required_arms": list(config.required_arms),
-            # pre-registered before any data (worker/research/study.py)
+            # pre-registered before any data (lab/swarm_lab/study.py)
             "preregistered": preregistered,
             "cumulative_reward": CUMULATIVE_DEFINITION,
             "curves": CURVE_DEFINITION,

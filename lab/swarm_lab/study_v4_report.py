@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.research.study import (
+from swarm_lab.study import (
     V4_EXPLORATORY,
     V4_FAMILY,
     V4_HELD_OUT_FAMILY,
@@ -36,7 +36,7 @@ from worker.research.study import (
     V4_SEEN_SEEDS,
     seed_key,
 )
-from worker.research.study_analysis import established_side
+from swarm_lab.study_analysis import established_side
 from worker.shared import stats
 
 REPO = Path(__file__).resolve().parent.parent.parent

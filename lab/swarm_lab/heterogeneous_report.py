@@ -1,4 +1,4 @@
-"""The heterogeneous swarm's report (worker/research/heterogeneous.py): markdown and a PNG,
+"""The heterogeneous swarm's report (lab/swarm_lab/heterogeneous.py): markdown and a PNG,
 generated from its results file; ``swarm-worker study-report`` writes it for a file of that design.
 
 Per size, the file is read as a study of its own (:func:`tier_view`: that size's curves and
@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worker.research.heterogeneous import ARMS, COMPARISONS, PRIMARY, WINDOWS
-from worker.research.study import seed_key
-from worker.research.study_analysis import Comparison, TimeCourse, compare, estimate, time_course
-from worker.research.study_text import (
+from swarm_lab.heterogeneous import ARMS, COMPARISONS, PRIMARY, WINDOWS
+from swarm_lab.study import seed_key
+from swarm_lab.study_analysis import Comparison, TimeCourse, compare, estimate, time_course
+from swarm_lab.study_text import (
     describe,
     format_interval,
     format_p,

@@ -2,7 +2,7 @@
 tasks on the ``study`` queue (``swarm-worker study --executor celery``) and hands each finished
 cell to the study's ``record`` in this process, which alone writes the results file.
 
-It watches each cell's keys (study_queue/tasks.py) every ``poll`` seconds:
+It watches each cell's keys (lab/study_queue/tasks.py) every ``poll`` seconds:
 
 * a stored result: recorded (once; the study's resume then skips the cell for good);
 * a failure stored by its worker, or a claim gone with neither a result nor a failure (its worker
@@ -27,8 +27,8 @@ from typing import Any
 from kombu.utils.url import maybe_sanitize_url
 
 from study_queue.tasks import CLAIM_TTL, QUEUE, CellKeys, app, broker_url, client_for, run_study_cell
-from worker.research.study import StudyError
-from worker.research.study_runner import Cell
+from swarm_lab.study import StudyError
+from swarm_lab.study_runner import Cell
 
 ATTEMPTS = 3  # a cell that fails or loses its worker this many times stops the study
 
@@ -40,7 +40,7 @@ def cell_id(key: Any, settings: dict[str, Any], arm: str, seed: int) -> str:
 
 
 class CeleryExecutor:
-    """A :data:`worker.research.study_runner.CellExecutor` that runs cells on Celery workers.
+    """A :data:`swarm_lab.study_runner.CellExecutor` that runs cells on Celery workers.
 
     ``namespace`` names the study in Redis (the results file, with this host's name);
     ``claim_ttl`` (default ``SWARM_STUDY_CLAIM_TTL`` or 60 s) is how long a dead worker's claim

@@ -5,10 +5,10 @@ on the broker's Redis, refreshed every ttl / 3 by a heartbeat thread while the c
 that finds the cell's result already stored, or its claim held, does nothing: a message that
 Redis redelivers (after its visibility timeout, while the cell still runs or after it finished)
 or that the submitter sent twice never runs a cell a second time. A worker killed mid-cell stops
-heartbeating, its claim expires, and the submitter (study_queue/submit.py) sends the cell again
+heartbeating, its claim expires, and the submitter (lab/study_queue/submit.py) sends the cell again
 at once, without waiting for the broker's visibility timeout (1 h by default).
 
-**Results.** A finished cell's record (:func:`worker.research.study_runner.run_cell`'s, JSON)
+**Results.** A finished cell's record (:func:`swarm_lab.study_runner.run_cell`'s, JSON)
 is stored once (``SET NX``) under ``<cell>:result`` with this machine's provenance (its commit,
 diff hash, model hash, host and process, times and the attempt number); a failed one stores its error under
 ``<cell>:failed`` for the submitter, which alone decides to send it again.
@@ -131,7 +131,7 @@ def run_study_cell(
 ) -> str:
     """Run one cell unless it is done or claimed; returns what it did (``ran``, ``done``,
     ``claimed``). Its record, with this machine's provenance, goes to ``<cell>:result``."""
-    from worker.research.study_runner import run_cell, tree_state
+    from swarm_lab.study_runner import run_cell, tree_state
 
     client = client_for(self.app.conf.broker_url)
     keys = CellKeys(namespace, cell)
@@ -150,7 +150,7 @@ def run_study_cell(
     heartbeat.start()
     try:
         record = run_cell(settings, arm, seed, verbose, device)
-        # This machine's code and model, not the submitter's (worker/research/study_runner.py).
+        # This machine's code and model, not the submitter's (lab/swarm_lab/study_runner.py).
         record["provenance"] = {
             **tree_state(),
             "worker": f"{socket.gethostname()}:{os.getpid()}",
