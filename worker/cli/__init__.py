@@ -289,6 +289,13 @@ def add_lab_commands(sub: Any) -> tuple[str, ...]:
     return missing
 
 
+def lab_arms() -> Any:
+    """The lab's arm resolver (``swarm_worker.arms``: (name, 4/4-self window) -> Arm, ValueError
+    if unknown), or None without the lab."""
+    resolvers = list(entry_points(group=ARMS_GROUP))
+    return resolvers[0].load() if resolvers else None
+
+
 def lab_missing(command: str) -> int:
     """A lab command without the lab: one line that says how to install it, status 2."""
     print(f"swarm-worker {command}: a command of the lab, not installed here: {LAB_INSTALL}", file=sys.stderr)

@@ -131,14 +131,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     b = campaign.questions_per_round
     self_window = pool_share_window(campaign.pool_window, args.agents)
     if args.arms:  # the study's arms by name (the lab's, lab/swarm_lab/study.py), <arm>@B<n> too
-        from importlib.metadata import entry_points
+        from worker.cli import LAB_INSTALL, lab_arms
 
-        from worker.cli import ARMS_GROUP, LAB_INSTALL
-
-        resolvers = entry_points(group=ARMS_GROUP)
-        if not resolvers:
+        resolve_arm = lab_arms()
+        if resolve_arm is None:
             return fail(f"--arms needs the lab's study arms: {LAB_INSTALL}")
-        resolve_arm = next(iter(resolvers)).load()
         try:
             arms = [resolve_arm(name, self_window) for name in args.arms.split(",")]
         except ValueError as error:
