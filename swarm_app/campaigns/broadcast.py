@@ -83,8 +83,14 @@ class PointBatcher:
             self._flusher = asyncio.ensure_future(self._flush_soon())
 
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(self.FLUSH_SECONDS)
-        await self.flush()
+        # Until nothing is left: a point added while a flush awaits its group send finds this
+        # task not done, so add() schedules no other; it must go in this task's next batch
+        # (a campaign's last report was otherwise never announced).
+        while True:
+            await asyncio.sleep(self.FLUSH_SECONDS)
+            await self.flush()
+            if not self.pending:
+                return
 
     async def flush(self) -> None:
         batch, self.pending = self.pending, {}

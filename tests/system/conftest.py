@@ -5,11 +5,16 @@ no_errors)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from django.conf import settings
 from django.db import connections
+
+T = TypeVar("T")
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -31,6 +36,24 @@ document.addEventListener("securitypolicyviolation", (event) => {
   window.__violations.push(event.violatedDirective + " " + event.blockedURI);
 });
 """
+
+
+def in_thread(call: Callable[[], T], timeout: float = 30.0) -> T:
+    """``call()`` in a thread of its own, its result (or exception) returned here. Playwright's
+    sync API keeps an event loop in the test's thread, where async_to_sync refuses to run: a
+    state change made there (lifecycle.complete_if_done, stop) is stored, but its push to the
+    page fails with a warning, and the page hears of it only from its next periodic tables (up to
+    15 s later; web/consumers.IDLE_TABLES_SECONDS), past a loaded machine's share of a 30 s wait.
+    The thread's database connections are closed after."""
+
+    def target() -> T:
+        try:
+            return call()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(target).result(timeout=timeout)
 
 
 @pytest.fixture

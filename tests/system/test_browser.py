@@ -38,7 +38,7 @@ from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.tokens import create_token
 from swarm_app.runs import lifecycle
 from tests.servers import asgi_server, free_port, stop, worker_process
-from tests.system.conftest import ARTIFACTS, PHONE
+from tests.system.conftest import ARTIFACTS, PHONE, in_thread
 from worker.shared import stats
 from worker.shared.campaign import CampaignConfig, ControlsConfig
 
@@ -179,7 +179,7 @@ def test_launch_from_the_browser_and_watch_a_worker_live(site, page, tiny_1m_dir
         assert page.inner_text("#reward-tiny-1m-title") == "Mean verified reward (one agent per arm: no band)"
         # The worker's 3 rounds are the campaign's: it completes, and the page says so, live.
         deadline = time.monotonic() + 120
-        while not lifecycle.complete_if_done(campaign):
+        while not in_thread(lambda: lifecycle.complete_if_done(campaign)):
             assert time.monotonic() < deadline, "the campaign did not complete"
             time.sleep(1)
             campaign.refresh_from_db()
@@ -438,7 +438,7 @@ def test_honest_numbers_completion_and_disconnection(transactional_db, page, tmp
         assert page.inner_text("#external-tiny-5m") == f"10.0 %, {NO_INTERVAL} (n=1, round 9)"
 
         # Completion (every node and control reached the rounds): the page says so, live.
-        assert lifecycle.complete_if_done(campaign)
+        assert in_thread(lambda: lifecycle.complete_if_done(campaign))
         page.wait_for_function(
             "() => document.getElementById('status-line').dataset.campaign === 'completed'"
         )

@@ -15,11 +15,9 @@ as tests/system/test_browser.py), against a real coordinator (daphne) on the tes
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from swarm_app.campaigns.models import Campaign, ControlRun, RoundMetrics
@@ -27,7 +25,7 @@ from swarm_app.campaigns.rollups import refresh_rollups
 from swarm_app.runs import lifecycle
 from tests.campaigns.test_run_page import seed
 from tests.servers import asgi_server
-from tests.system.conftest import ARTIFACTS, PHONE
+from tests.system.conftest import ARTIFACTS, PHONE, in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -44,21 +42,6 @@ HEADLINE_BOX = """(tier) => {
           text: value.textContent, table: value.closest("table") !== null, scroller: scroller,
           scrollWidth: document.documentElement.scrollWidth, viewport: window.innerWidth};
 }"""
-
-
-def in_thread(call) -> None:
-    """Run ``call`` (ORM, channel layer pushes) in a thread of its own: Playwright's sync API
-    keeps an event loop in this one, where async_to_sync cannot push."""
-
-    def target() -> None:
-        try:
-            call()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(timeout=30)
 
 
 def no_errors(page) -> None:
