@@ -4,9 +4,10 @@ comparison of its swarm - control gain with the simulator's for the same arms.
 Plain functions, no database: the campaign's settings from v3's results file
 (:func:`campaign_settings`, :func:`arm_problems`), the platform's units and gain from per-agent,
 per-round rows (:func:`platform_units`, :func:`gain`), the simulator's from v3's curves
-(:func:`simulator_gain`), pool ages on both sides (:func:`age_summary`), and the report
-(:func:`analyse`, :func:`render_markdown`). ``validation_data.py`` reads the rows from the
-coordinator's database; ``manage.py validation_campaign`` runs the campaign and writes both files.
+(:func:`simulator_gain`; per-draw ages from reruns, :func:`simulate_command`,
+:func:`simulator_rerun`), pool ages on both sides (:func:`age_summary`), and all of it together
+(:func:`analyse`). ``validation_report.py`` writes the report, ``validation_data.py`` reads the
+rows from the coordinator's database; ``manage.py validation_campaign`` runs the campaign.
 
 Units of independence, as the campaign page counts them (swarm_app/web/estimates.py): a **swarm**
 (the mean over its nodes: they share a pool) for the swarm arm, a **control seed** (one node) for
@@ -276,6 +277,67 @@ def simulator_ages(results: dict[str, Any], horizon: int) -> list[float]:
     return values
 
 
+def simulate_command(
+    python: str, v3_config: dict[str, Any], config: CampaignConfig, agents: int, seed: int, out: str
+) -> list[str]:
+    """``swarm-worker simulate`` of the 4/4 arm with the campaign's settings (v3's, or a smoke
+    run's smaller ones), ``agents`` agents, cell seed ``seed``: the simulator's per-agent,
+    per-round metrics, ``batch/external_age`` among them (v3's file keeps only their mean over a
+    cell's agents). Run as a process: the coordinator does not import the simulator."""
+    grpo = config.grpo_config(config.tiers[0])
+    return [
+        python, "-m", "worker.cli", "simulate",
+        "--arms", SWARM_ARM,
+        "--agents", str(agents),
+        "--rounds", str(config.rounds),
+        "--tier", config.tiers[0],
+        "--seed", str(seed),
+        "--tasks", v3_config["tasks"],
+        "--questions", str(config.questions_per_round),
+        "--group-size", str(config.group_size),
+        "--max-new-tokens", str(config.max_new_tokens),
+        "--lr", repr(grpo.learning_rate),
+        "--num-iterations", str(grpo.num_iterations),
+        "--temperature", repr(grpo.temperature),
+        "--beta", repr(grpo.beta),
+        "--pool-window", str(config.pool_window),
+        "--backend", "transformers",
+        "--quiet",
+        "--out", out,
+    ]  # fmt: skip
+
+
+def simulator_rerun(
+    simulated: dict[str, Any], seed: int, results: dict[str, Any], horizon: int
+) -> dict[str, Any]:
+    """One simulator cell of 4/4 rerun with per-agent metrics (``swarm-worker simulate``'s file):
+    its J-side age per draw (one value per agent-round that drew) over rounds 0..horizon-1, its
+    cumulative reward, and v3's cell of the same seed beside it (the largest per-round
+    difference of the two curves: 0 when the rerun repeats v3's cell)."""
+    agents = simulated["arms"][SWARM_ARM]["agents"]
+    per_draw = [
+        m["batch/external_age"]
+        for history in agents.values()
+        for m in history[:horizon]
+        if "batch/external_age" in m
+    ]
+    rounds = min(len(history) for history in agents.values())
+    curve = [sum(history[r]["reward"] for history in agents.values()) / len(agents) for r in range(rounds)]
+    v3_curve = results["curves"].get(SWARM_ARM, {}).get(str(seed))
+    comparable = v3_curve is not None and len(v3_curve) >= horizon and rounds >= horizon
+    comparable = comparable and len(agents) == results["config"].get("agents")
+    return {
+        "seed": seed,
+        "agents": len(agents),
+        "per_draw": per_draw,
+        "cumulative": sum(curve[:horizon]),
+        "v3_cumulative": sum(v3_curve[:horizon]) if comparable else None,
+        "largest_round_difference": (
+            max(abs(a - b) for a, b in zip(curve[:horizon], v3_curve, strict=False)) if comparable else None
+        ),
+    }
+
+
 # --- pool ages ------------------------------------------------------------------------------
 
 
@@ -354,11 +416,19 @@ def compare(platform: dict[str, Any], simulator: dict[str, Any]) -> dict[str, An
     }
 
 
-def analyse(rows: Sequence[Row], v3_results: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def analyse(
+    rows: Sequence[Row],
+    v3_results: dict[str, Any],
+    run: dict[str, Any],
+    reruns: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """The validation's results: the platform's units and gain over its horizon H, the
     simulator's over the same H (unpaired and paired), their difference and verdict, pool ages
-    on both sides, and ``run`` (how it ran: command, settings, budget, machine) as given."""
+    on both sides (per draw on the simulator's side from ``reruns``: {"seed", "results": a
+    ``swarm-worker simulate`` file}, :func:`simulator_rerun`), and ``run`` (how it ran: command,
+    settings, budget, machine) as given."""
     horizon = horizon_of(rows)
+    checked = [simulator_rerun(rerun["results"], rerun["seed"], v3_results, horizon) for rerun in reruns]
     units = platform_units(rows, horizon)
     swarms = units.get("swarm", {})
     controls = units.get(CONTROL_KIND, {})
@@ -375,172 +445,8 @@ def analyse(rows: Sequence[Row], v3_results: dict[str, Any], run: dict[str, Any]
             "platform_per_round_swarm": age_summary(ages["per_round_swarm"]),
             "platform_max_per_draw": age_summary(ages["max_per_draw"]),
             "simulator_per_round_cell": age_summary(simulator_ages(v3_results, horizon)),
+            "simulator_per_draw": age_summary([age for rerun in checked for age in rerun["per_draw"]]),
         },
+        "simulator_reruns": [{k: v for k, v in rerun.items() if k != "per_draw"} for rerun in checked],
         "run": run,
     }
-
-
-def _number(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _interval(row: dict[str, Any], digits: int = 2) -> str:
-    if row.get("low") is None:
-        return "none (fewer than 2 units a side)"
-    return f"[{_number(row['low'], digits)}, {_number(row['high'], digits)}]"
-
-
-def _age_row(label: str, summary: dict[str, Any]) -> str:
-    if not summary.get("n"):
-        return f"| {label} | 0 | - | - | - | - | - | - |"
-    q = summary["quantiles"]
-    return (
-        f"| {label} | {summary['n']} | {summary['mean']:.2f} | {summary['sd']:.2f} | "
-        f"{q['10']:.2f} / {q['50']:.2f} / {q['90']:.2f} | {summary['min']:.2f} .. {summary['max']:.2f} | "
-        f"{100 * summary['below_zero']:.1f}% | {', '.join(f'{k}: {v}' for k, v in summary['histogram'].items())} |"
-    )
-
-
-def _memory(memory: dict[str, Any], nodes_per_process: int | None) -> str:
-    if not memory:
-        return "not measured"
-    workers = memory.get("worker_process_peak_mib") or {}
-    largest = max(workers.values()) if workers else None
-    return (
-        f"{_number(largest, 0)} MiB for the largest worker process ({nodes_per_process} nodes), "
-        f"{_number(memory.get('control_node_peak_mib'), 0)} MiB for a control node (a process of one "
-        f"node), {_number(memory.get('servers_peak_mib'), 0)} MiB for the server and Celery, "
-        f"{_number(memory.get('peak_total_mib'), 0)} MiB in all"
-    )
-
-
-def render_markdown(result: dict[str, Any]) -> str:
-    """The report (docs/experiments/platform-validation.md): the command, settings and budget,
-    the platform's and the simulator's gains side by side with n and intervals, the comparison,
-    pool ages on both sides, the question streams, and where the two are not paired."""
-    run = result["run"]
-    platform, simulator = result["platform"]["gain"], result["simulator"]
-    unpaired, paired, comparison = simulator["unpaired"], simulator["paired"], result["comparison"]
-    h = result["horizon"]
-    smoke = bool(run.get("deviations"))
-    lines = [
-        "# Platform validation: a campaign against the simulator on study v3's design (issue #50 item 2)",
-        "",
-    ]
-    if smoke:
-        lines += [
-            "**A smoke run, not the validation**: its sizes differ from v3's ("
-            + ", ".join(f"{k} {v[0]} against {v[1]}" for k, v in run["deviations"].items())
-            + "), so no conclusion is drawn from its numbers.",
-            "",
-        ]
-    verdict = comparison.get("verdict")
-    answer = {
-        "consistent": "the platform's gain and the simulator's agree within the intervals "
-        "(the 95 % interval of their difference holds 0).",
-        "differs": "the platform's gain and the simulator's differ (the 95 % interval of their "
-        "difference excludes 0); the pool ages below are the first measured cause to read.",
-        None: "no verdict: a side has fewer than 2 units.",
-    }[verdict]
-    if smoke:
-        answer = (
-            f"none: a smoke run (the comparison's arithmetic says {verdict or 'nothing'}, about nothing)."
-        )
-    lines += [
-        f"**Answer:** {answer}",
-        "",
-        "## How it ran",
-        "",
-        "```bash",
-        run.get("command", "python manage.py validation_campaign"),
-        "```",
-        "",
-        f"* Campaign {run.get('campaign')} ({run.get('database')}), state {run.get('state')}; "
-        f"{run.get('swarms')} swarms of {run.get('nodes_per_swarm')} nodes (4/4) and "
-        f"{run.get('control_seeds')} seeds of the isolated 8/0 control, {run.get('rounds')} rounds, "
-        f"{run.get('max_new_tokens')} tokens; {run.get('nodes_per_process')} nodes per worker process "
-        f"({run.get('worker_processes')} processes), every control a process of its own.",
-        f"* Settings (the campaign's, from v3's results file): {run.get('settings_summary', '-')}.",
-        f"* Budget: {_number(run.get('wall_seconds'), 0)} s of wall clock from launch to completion "
-        f"({_number(run.get('seconds_per_agent_round'), 2)} s per agent-round over "
-        f"{run.get('agent_rounds')} agent-rounds; "
-        f"{_number(run.get('steady_seconds_per_agent_round'), 2)} s past the start: from the "
-        f"first round's reports to the last), {_number(run.get('cpu_seconds'), 0)} CPU-seconds "
-        f"in the child processes, on {run.get('machine', '-')}.",
-        f"* Peak resident memory: {_memory(run.get('memory') or {}, run.get('nodes_per_process'))}.",
-        f"* What else ran on the machine: {run.get('beside', 'not recorded')} "
-        f"(load average at the start {run.get('load_start', '-')}, at the end {run.get('load_end', '-')}).",
-        f"* Code: commit {run.get('commit', '-')}{' (uncommitted changes)' if run.get('dirty') else ''}.",
-        "",
-        f"## Swarm (4/4) - control (8/0) in cumulative reward per agent, rounds 0-{h - 1} (H = {h})",
-        "",
-        "| | gain | 95 % interval | % | n (swarm units, control units) | unit | p |",
-        "|---|---|---|---|---|---|---|",
-        f"| platform | {_number(platform.get('difference'), 3)} | {_interval(platform, 3)} | "
-        f"{_number(platform.get('percent'), 1)} | {platform['n'][0]} swarms, {platform['n'][1]} seeds | "
-        f"swarm (mean of its nodes) / control node | {_number(platform.get('p'), 3)} (exact permutation) |",
-        f"| simulator, unpaired | {_number(unpaired.get('difference'), 3)} | {_interval(unpaired, 3)} | "
-        f"{_number(unpaired.get('percent'), 1)} | {unpaired['n'][0]} cells, {unpaired['n'][1]} cells | "
-        f"cell (mean of 8 agents) | {_number(unpaired.get('p'), 3)} (exact permutation) |",
-        f"| simulator, paired by seed | {_number(paired.get('difference'), 3)} | {_interval(paired, 3)} | - | "
-        f"{paired['n']} seeds | seed | {paired.get('above_zero', 0)} of {paired['n']} above 0 |",
-        "",
-        f"Platform - simulator (unpaired): {_number(comparison.get('difference'), 3)} "
-        f"{_interval(comparison, 3)} (t interval from both standard errors, df {comparison.get('df', '-')}): "
-        f"**{verdict or 'no verdict'}**.",
-        "",
-        "Arm means (cumulative reward per agent): platform swarm "
-        f"{_number(platform.get('swarm_mean'), 3)}, control {_number(platform.get('control_mean'), 3)}; "
-        f"simulator 4/4 {_number(unpaired.get('swarm_mean'), 3)}, 8/0 {_number(unpaired.get('control_mean'), 3)}.",
-        "",
-        "## Pool age (rounds between a drawn group's round and the drawing agent's)",
-        "",
-        "| side | n | mean | sd | 10 / 50 / 90 % | range | below 0 | per whole round |",
-        "|---|---|---|---|---|---|---|---|",
-        _age_row("platform, per draw (agent-round)", result["pool_age"]["platform_per_draw"]),
-        _age_row(
-            "platform, per round and swarm (mean over its agents)",
-            result["pool_age"]["platform_per_round_swarm"],
-        ),
-        _age_row("platform, oldest group per draw", result["pool_age"]["platform_max_per_draw"]),
-        _age_row(
-            "simulator, per round and cell (mean over its agents)",
-            result["pool_age"]["simulator_per_round_cell"],
-        ),
-        "",
-        "The simulator's results file keeps the J side's age per round as the mean over a cell's "
-        "8 agents, so its distribution is of swarm-round means; the platform's second row is the "
-        "same quantity. A platform age below 0: the group's generator was ahead in rounds of the "
-        "node that drew it (asynchronous nodes).",
-        "",
-        "## Question streams",
-        "",
-    ]
-    streams = run.get("question_streams", {})
-    for key, text in sorted(streams.items()):
-        lines.append(f"* {key}: {text}")
-    lines += [
-        "",
-        "## Where the platform and the simulator are not paired",
-        "",
-        "* **Questions.** Platform swarm nodes take consecutive positions of the campaign's one "
-        "stream (`ref_at(mix, campaign seed, position)`, in order of arrival, no position twice); "
-        'control seed s answers its own stream `stable_seed("control-questions", s)` round by '
-        "round (worker/shared/paired.py); simulator agent i of cell seed s answers "
-        '`stable_seed(s, i, "questions")`. No question sequence is shared between the two '
-        "sides, nor between the platform's swarms and controls: every comparison is unpaired.",
-        "* **Pools.** The simulator runs its 8 agents in lockstep: round r draws from the pool as "
-        "it stands after every agent's round-r submission (the last 256 rollouts, own excluded). "
-        "Platform nodes are asynchronous: a node draws when it submits, from its swarm's last 256 "
-        "rollouts by sequence of arrival (own excluded), whatever rounds their generators were "
-        "at. The pool ages above measure the difference.",
-        "* **Units.** A platform control seed is one node; a simulator 8/0 cell is the mean of 8 "
-        "isolated agents, so the platform's control units vary more (same expectation per agent).",
-        "* **Sampling seeds.** Generation and batch seeds differ (node ids on the platform, "
-        "`stable_seed(seed, index)` in the simulator).",
-        "",
-        "Reproduce with the command above; the numbers are in "
-        f"`{run.get('out', 'docs/experiments/platform-validation.json')}`.",
-        "",
-    ]
-    return "\n".join(lines)

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from swarm_app.demo import validation
+from swarm_app.demo import validation, validation_report
 from swarm_app.demo.validation import Row
 from tests.servers import ROOT
 
@@ -105,18 +105,49 @@ def test_the_comparison_holds_zero_when_the_gains_agree_and_not_when_they_differ
     )
 
 
+def _simulated() -> dict:
+    """A `swarm-worker simulate` file of 4/4 with 2 agents and 3 rounds, seed 1."""
+    agents = {
+        "agent-0": [
+            {"reward": 0.5, "batch/external_age": 0.0},
+            {"reward": 1.5, "batch/external_age": 1.0},
+            {"reward": 9.0},
+        ],
+        "agent-1": [
+            {"reward": 0.5, "batch/external_age": 0.0},
+            {"reward": 1.5, "batch/external_age": 2.0},
+            {"reward": 9.0},
+        ],
+    }
+    return {"arms": {"4/4": {"agents": agents}}}
+
+
+def test_a_simulator_rerun_gives_ages_per_draw_and_its_difference_from_v3s_cell():
+    rerun = validation.simulator_rerun(_simulated(), 1, _v3_results(), 2)
+    assert rerun["per_draw"] == [0.0, 1.0, 0.0, 2.0]
+    assert rerun["cumulative"] == pytest.approx(2.0)
+    # v3's seed 1 curve is [1.0, 3.0]: 4.0 over two rounds, the rerun differs by 1.5 at most
+    assert rerun["v3_cumulative"] == pytest.approx(4.0)
+    assert rerun["largest_round_difference"] == pytest.approx(1.5)
+    other = validation.simulator_rerun(_simulated(), 1, {**_v3_results(), "config": {"agents": 8}}, 2)
+    assert other["v3_cumulative"] is None  # another number of agents: not v3's cell
+
+
 def test_the_report_shows_both_gains_n_intervals_ages_and_the_command():
     run = {"command": "python manage.py validation_campaign --swarms 2", "deviations": {"rounds": [2, 45]}}
-    result = validation.analyse(_rows(), _v3_results(), run)
+    result = validation.analyse(_rows(), _v3_results(), run, [{"seed": 1, "results": _simulated()}])
+    assert result["pool_age"]["simulator_per_draw"]["n"] == 4
+    assert result["simulator_reruns"][0]["seed"] == 1 and "per_draw" not in result["simulator_reruns"][0]
     assert result["platform"]["gain"]["n"] == [2, 3]
     assert result["simulator"]["unpaired"]["n"] == [3, 4]
     json.dumps(result)  # the results file is JSON
-    report = validation.render_markdown(result)
+    report = validation_report.render_markdown(result)
     assert "python manage.py validation_campaign --swarms 2" in report
     assert "2 swarms, 3 seeds" in report and "3 cells, 4 cells" in report
     assert "| platform, per draw (agent-round) | 4 | 0.50 |" in report
     assert "A smoke run, not the validation" in report
     assert "not paired" in report
+    assert "| simulator, per draw (agent-round; 4/4 rerun, seeds 1) | 4 | 0.75 |" in report
 
 
 def test_the_campaign_runs_v3s_arms_and_settings():
