@@ -51,6 +51,8 @@ def test_the_validation_campaign_runs_end_to_end_and_writes_its_report(
         str(out),
         "--beside",
         "the test suite",
+        "--simulator-seeds",
+        "1",
     ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=720)
     printed = done.stdout + done.stderr
@@ -70,6 +72,17 @@ def test_the_validation_campaign_runs_end_to_end_and_writes_its_report(
     assert result["platform"]["gain"]["low"] is not None
     assert result["simulator"]["unpaired"]["n"] == [6, 10]  # v3's 4/4 and 8/0 cells
     assert result["pool_age"]["platform_per_draw"]["n"] >= 1  # round 1's draws at least
+    # the simulator's 4/4 rerun at the same settings (2 agents, 2 rounds): its ages per draw
+    assert result["pool_age"]["simulator_per_draw"]["n"] >= 1
+    assert result["simulator_reruns"] == [
+        {
+            "seed": 0,
+            "agents": 2,
+            "cumulative": pytest.approx(result["simulator_reruns"][0]["cumulative"]),
+            "v3_cumulative": None,
+            "largest_round_difference": None,
+        }
+    ]
     counts = result["run"]["question_stream_counts"]
     assert counts["control_leases"] == 4 and counts["control_off_stream"] == 0
     assert counts["swarm_leases"] == 2 * 2 * 2 and counts["swarm_off_stream"] == 0

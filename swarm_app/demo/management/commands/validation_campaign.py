@@ -48,7 +48,8 @@ from swarm_app.demo.processes import (
     start_training,
     wait_http,
 )
-from swarm_app.demo.validation import analyse, arm_problems, campaign_settings, deviations, render_markdown
+from swarm_app.demo.validation import analyse, arm_problems, campaign_settings, deviations
+from swarm_app.demo.validation_report import render_markdown
 
 V3_RESULTS = "docs/experiments/sapo-table-cpu-v3.json"
 DEFAULT_OUT = "docs/experiments/platform-validation.json"
@@ -152,8 +153,9 @@ class Command(BaseCommand):
             "--nodes-per-process",
             type=int,
             default=4,
-            help="swarm nodes per local worker process (default 4: 40 nodes in 10 processes, about "
-            "4 GiB resident in all; docs/experiments/README.md)",
+            help="swarm nodes per local worker process (default 4: 40 nodes in 10 processes of about "
+            "0.6 GiB resident, about 10 GiB with the controls and servers; one node per process "
+            "would need 26 GiB; docs/experiments/README.md)",
         )
         parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (question streams)")
         parser.add_argument(
@@ -173,9 +175,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--campaign", type=int, default=None, help="only write the report of this campaign (already run)"
         )
+        parser.add_argument(
+            "--simulator-seeds",
+            type=int,
+            default=2,
+            help="4/4 cells rerun in the simulator after the campaign, for the pool age per draw "
+            "(seeds 0..N-1, 2 processes at a time; default 2, about 20 process-minutes; 0: none)",
+        )
 
     def handle(self, *args, **opts) -> None:
         from swarm_app.campaigns.models import Campaign
+        from swarm_app.coordinator.models import WorkerNode
 
         v3 = json.loads((ROOT / opts["v3"]).read_text())  # ROOT / an absolute path is that path
         v3_config = v3["config"]
@@ -196,6 +206,8 @@ class Command(BaseCommand):
             config = campaign.settings
             previous = self.previous_run(opts["out"], campaign.pk)
             run = {**run, **previous, "command": previous.get("command", run["command"])}
+            swarm_nodes = WorkerNode.objects.filter(campaign=campaign, arm="swarm").count()
+            nodes = round(swarm_nodes / config.replicates) or nodes  # as the campaign ran
         else:
             config = campaign_settings(
                 v3_config, opts["swarms"], opts["control_seeds"], opts["rounds"], opts["tokens"], opts["seed"]
@@ -210,11 +222,11 @@ class Command(BaseCommand):
         run.update(
             campaign=campaign.pk,
             swarms=config.replicates,
-            nodes_per_swarm=nodes if opts["campaign"] is None else run.get("nodes_per_swarm"),
+            nodes_per_swarm=nodes,
             control_seeds=config.controls.seeds,
             rounds=config.rounds,
             max_new_tokens=config.max_new_tokens,
-            deviations=deviations(config, run.get("nodes_per_swarm") or nodes, v3_config),
+            deviations=deviations(config, nodes, v3_config),
             settings_summary=(
                 f"{config.tiers[0]}, G = {config.group_size}, B = {config.questions_per_round}, "
                 f"I/J = {config.num_local}/{config.num_external} ({config.local_strategy}/"
@@ -226,7 +238,61 @@ class Command(BaseCommand):
         )
         campaign.refresh_from_db()
         run["state"] = campaign.state
-        self.write_report(campaign, v3, run, Path(opts["out"]))
+        state_dir = Path(settings.DATA_DIR) / "validation" / f"campaign-{campaign.pk}"
+        reruns = self.simulator_reruns(config, v3_config, nodes, opts["simulator_seeds"], state_dir, run)
+        self.write_report(campaign, v3, run, Path(opts["out"]), reruns)
+
+    def simulator_reruns(
+        self,
+        config,
+        v3_config: dict[str, Any],
+        agents: int,
+        seeds: int,
+        state_dir: Path,
+        run: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        """Rerun 4/4 cells of seeds 0..seeds-1 in the simulator (``swarm-worker simulate`` processes,
+        two at a time, one torch thread each, at the training niceness), with the campaign's
+        settings and ``agents`` agents; a seed whose file is in ``state_dir`` is not run again.
+        Records their wall time in ``run``; returns [{"seed", "results"}]."""
+        from swarm_app.demo.validation import simulate_command
+
+        state_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        files = {seed: state_dir / f"simulate-seed{seed}.json" for seed in range(seeds)}
+        todo = [seed for seed, path in files.items() if not path.exists()]
+        started = time.monotonic()
+        running: list[tuple[int, subprocess.Popen]] = []
+        nice = ["nice", "-n", str(settings.TRAINING_NICE)]
+        catch_stop_signals()  # the campaign's stop ignored them while stopping its processes
+        try:
+            while todo or running:
+                while todo and len(running) < 2:
+                    seed = todo.pop(0)
+                    self.stdout.write(f"simulator: 4/4 seed {seed} ({agents} agents, {config.rounds} rounds)")
+                    partial = files[seed].with_suffix(".partial.json")
+                    command = simulate_command(sys.executable, v3_config, config, agents, seed, str(partial))
+                    # the child keeps its own copy of the log's descriptor
+                    with open(state_dir / f"simulate-seed{seed}.log", "ab") as log:
+                        proc = subprocess.Popen([*nice, *command], cwd=ROOT, env=env, stdout=log, stderr=log)
+                    running.append((seed, proc))
+                time.sleep(1.0)
+                for seed, proc in list(running):
+                    if proc.poll() is None:
+                        continue
+                    running.remove((seed, proc))
+                    if proc.returncode != 0:
+                        raise CommandError(
+                            f"the simulator's seed {seed} failed; see {state_dir}/simulate-seed{seed}.log"
+                        )
+                    files[seed].with_suffix(".partial.json").rename(files[seed])
+        finally:
+            for _seed, proc in running:  # interrupted or failed: stop the other seeds' processes
+                proc.terminate()
+                proc.wait()
+        if seeds:
+            run["simulator_seconds"] = run.get("simulator_seconds", 0.0) + time.monotonic() - started
+        return [{"seed": seed, "results": json.loads(path.read_text())} for seed, path in files.items()]
 
     def previous_run(self, out: str, campaign_id: int) -> dict[str, Any]:
         """The run record of ``out`` if it is this campaign's (its budget and memory were measured
@@ -350,13 +416,15 @@ class Command(BaseCommand):
             parts.append(f"{arm}: {len(lasts)} agents, rounds {min(lasts)}-{max(lasts)}")
         return " | ".join(parts)
 
-    def write_report(self, campaign, v3: dict[str, Any], run: dict[str, Any], out: Path) -> None:
+    def write_report(
+        self, campaign, v3: dict[str, Any], run: dict[str, Any], out: Path, reruns: list[dict[str, Any]]
+    ) -> None:
         from swarm_app.demo.validation_data import campaign_rows, question_streams, stream_words
 
         counts = question_streams(campaign)
         run["question_stream_counts"] = counts
         run["question_streams"] = stream_words(counts, campaign.settings.seed)
-        result = analyse(campaign_rows(campaign), v3, run)
+        result = analyse(campaign_rows(campaign), v3, run, reruns)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         report = out.with_suffix(".md")
@@ -384,6 +452,8 @@ class Command(BaseCommand):
                 if ages["simulator_per_round_cell"].get("n")
                 else "-"
             )
+            + ", simulator per draw (reruns) "
+            + (f"{ages['simulator_per_draw']['mean']:.2f}" if ages["simulator_per_draw"].get("n") else "-")
             + f"; question streams: {counts}"
         )
         if run.get("memory"):
