@@ -25,11 +25,9 @@ With DATABASE_URL and REDIS_URL set, the same command runs on PostgreSQL and Red
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -44,72 +42,17 @@ from django.db import connection
 from django.db.models import Avg, Max
 from django.urls import reverse
 
-from swarm_app.core.consumers import daphne_command
+from swarm_app.demo.processes import (
+    Children,
+    catch_stop_signals,
+    ignore_stop_signals,
+    service_env,
+    start_services,
+    start_training,
+    wait_http,
+)
 
-ROOT = Path(settings.BASE_DIR)
 DEMO_USER = "organizer"
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-class Children:
-    """The demo's child processes, each in its own process group (of the demo's session),
-    stopped in reverse order."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, args: list[str], **env: str) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
-        proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # Its own process group: Ctrl-C reaches the demo only, which stops the children in
-            # order. The same session, though: Linux's autogroup scheduler shares the CPU per
-            # session, so children in sessions of their own would each get an equal share
-            # (measured: the 12 control runs of Celery's one session crawled at a fifth of the
-            # machine while 4 worker processes had the rest).
-            process_group=0,
-        )
-        self.procs.append((name, proc))
-        return proc
-
-    def dead(self) -> list[str]:
-        return [name for name, proc in self.procs if proc.poll() is not None and proc.returncode != 0]
-
-    def stop(self, first: tuple[str, ...] = ("worker",), timeout: float = 30.0) -> list[str]:
-        """Stop the children named ``first`` (workers: they give their leases back and say goodbye
-        while the server still runs), then the others in reverse order of start. Each gets
-        SIGTERM (its own shutdown; Celery waits for its tasks); a child still running after
-        ``timeout`` seconds, and anything a child left in its process group, gets SIGKILL.
-        Returns the names of the killed children."""
-        leading = [p for p in self.procs if p[0].startswith(first)]
-        rest = [p for p in reversed(self.procs) if p not in leading]
-        return self._terminate(leading, timeout) + self._terminate(rest, timeout)
-
-    @staticmethod
-    def _terminate(procs: list[tuple[str, subprocess.Popen]], timeout: float) -> list[str]:
-        for _, proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        killed = []
-        for name, proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                killed.append(name)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        return killed
 
 
 class Command(BaseCommand):
@@ -165,16 +108,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         # Ctrl-C, a closed terminal and `kill` all stop the demo the same way, stopping every
-        # child (each runs in its own session, so no signal reaches them otherwise). SIGINT is
-        # set explicitly because a shell starts background jobs with it ignored.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, _interrupt)
-        signal.signal(signal.SIGHUP, _interrupt)
+        # child (each runs in its own process group, so no signal reaches them otherwise).
+        catch_stop_signals()
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
         from swarm_app.runs.lifecycle import complete_if_done, launch, stop
-        from swarm_app.runs.local_workers import model_cache, training_command
+        from swarm_app.runs.local_workers import model_cache
         from worker.shared.campaign import cpu_demo_config
         from worker.shared.tiers import tier, tiny_model_ready
 
@@ -223,14 +163,7 @@ class Command(BaseCommand):
 
         children = Children(demo_dir)
         port = opts["port"]
-        url = f"http://127.0.0.1:{port}"
-        # SECURE_COOKIES=0: the demo serves plain http on loopback, in either mode.
-        env = {
-            "SWARM_ALLOW_LOCAL_WORKERS": "1",
-            "OMP_NUM_THREADS": "1",
-            "SWARM_MODEL_CACHE": str(cache),
-            "SECURE_COOKIES": "0",
-        }
+        env = service_env(cache)
         python = sys.executable
         building: dict[str, tuple[subprocess.Popen, float]] = {}
         interrupted = finished = False
@@ -248,45 +181,23 @@ class Command(BaseCommand):
                     f"model {name}: building in the background ({demo_dir}/build-{name}.log); "
                     "its workers start when it is built"
                 )
-            children.start(
-                "daphne",
-                daphne_command(python, port),
-                **env,
-            )
-            celery = [python, "-m", "celery", "-A", "swarm_app", "worker", "-l", "info"]
-            children.start(
-                "celery",
-                [
-                    *celery,
-                    "-Q",
-                    "celery",
-                    "--beat",
-                    "--concurrency",
-                    "1",
-                    "--schedule",
-                    str(demo_dir / "celerybeat-schedule"),
-                ],
-                **env,
-            )
-            # A control's task waits on its node process for the whole campaign: one thread each.
-            controls = config.control_run_count()
-            children.start(
-                "controls",
-                [*celery, "-Q", "controls", "--pool", "threads", "--concurrency", str(max(controls, 1))],
-                SWARM_CONTROL_URL=url,
-                **env,
-            )
-            self.wait_http(url, children)
+            url = start_services(children, python, port, demo_dir, config.control_run_count(), env)
+            wait_http(url, children)
             launch(campaign)
 
             def start_workers(name: str) -> None:
                 for index in range(opts["workers"]):
                     data_dir = demo_dir / "workers" / f"campaign-{campaign.pk}" / f"{name}-{index}"
-                    children.start(
+                    start_training(
+                        children,
                         f"worker-{name}-{index}",
-                        [*training_command(python, url, data_dir, opts["nodes"]), "--tier", name],
-                        SWARM_TOKEN=secret,
-                        **env,
+                        python,
+                        url,
+                        data_dir,
+                        opts["nodes"],
+                        name,
+                        secret,
+                        env,
                     )
 
             for name in tiers:
@@ -332,8 +243,7 @@ class Command(BaseCommand):
             interrupted = not finished  # Ctrl-C after the campaign's end is how the demo ends
             self.stdout.write("\nstopping every process (up to a minute)...")
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+            ignore_stop_signals()  # a second Ctrl-C must not cut the stop short
             # The campaign first: its controls then end after their current round, so Celery's
             # warm shutdown does not wait on them, and no control is left marked running.
             campaign.refresh_from_db()
@@ -374,20 +284,6 @@ class Command(BaseCommand):
             Campaign.objects.filter(name__startswith="cpu-demo").delete()
         shutil.rmtree(demo_dir, ignore_errors=True)
         self.stdout.write("reset: fresh demo data (built models kept)")
-
-    def wait_http(self, url: str, children: Children, timeout: float = 60.0) -> None:
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if children.dead():
-                raise CommandError(f"{', '.join(children.dead())} failed to start; see its log")
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise CommandError(f"the ASGI server did not answer at {url} within {timeout:.0f} s")
 
     def status_line(self, campaign) -> str:
         """One line: per tier and arm, the last round reached, the mean reward of the last 5
