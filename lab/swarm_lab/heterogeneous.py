@@ -53,7 +53,7 @@ from typing import Any
 
 from swarm_lab.study import CUMULATIVE_DEFINITION, StudyError, resolve_arm, seed_key
 from swarm_lab.study_runner import CellExecutor, model_build, resume, run_cells, versions
-from worker.shared.config import DEFAULT_POOL_WINDOW
+from worker.shared.config import CPU_STUDY_MAX_NEW_TOKENS, CPU_STUDY_ROUNDS, DEFAULT_POOL_WINDOW, ROUND
 from worker.shared.files import write_json_atomic
 
 DESIGN = "heterogeneous"
@@ -70,22 +70,23 @@ QUICK_OUT = Path(tempfile.gettempdir()) / "swarm-heterogeneous-quick" / "heterog
 # Cost measured beside the v3 study (load 4 on 2 cores): 1.46 s per agent-round over both sizes,
 # about 0.9 s quiet: 30 cells x 8 agents x 45 rounds = 10,800 agent-rounds, about 160
 # process-minutes, 80 minutes of wall clock with 2 processes.
-DEFAULT_ROUNDS = 45
 DEFAULT_SEEDS = 10
+# Two sizes in one pool: the CPU tiers (a heterogeneous swarm needs two at least).
+DEFAULT_TIERS = ("tiny-1m", "tiny-5m")
 
 
 @dataclass
 class HeterogeneousConfig:
     """The settings of the heterogeneous study; all but ``seeds`` must match to resume a file."""
 
-    tiers: list[str] = field(default_factory=lambda: ["tiny-1m", "tiny-5m"])
+    tiers: list[str] | None = None  # None: DEFAULT_TIERS
     agents_per_tier: int = 4
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int | None = None  # None: the CPU study's (config.CPU_STUDY_ROUNDS, 45)
     seeds: list[int] = field(default_factory=lambda: list(range(DEFAULT_SEEDS)))
     swarm_arm: str = "4/4"  # the rule of both sharing arms (a study arm's name)
-    questions_per_round: int = 8
-    group_size: int = 8
-    max_new_tokens: int = 16
+    questions_per_round: int = ROUND.questions_per_round
+    group_size: int = ROUND.group_size
+    max_new_tokens: int | None = None  # None: the CPU study's (config.CPU_STUDY_MAX_NEW_TOKENS, 16)
     tasks: str = "cpu"
     num_iterations: int = 1
     temperature: float = 1.0
@@ -102,6 +103,9 @@ class HeterogeneousConfig:
     def __post_init__(self) -> None:
         from worker.shared.tiers import tier
 
+        self.tiers = list(DEFAULT_TIERS) if self.tiers is None else self.tiers
+        self.rounds = CPU_STUDY_ROUNDS if self.rounds is None else self.rounds
+        self.max_new_tokens = CPU_STUDY_MAX_NEW_TOKENS if self.max_new_tokens is None else self.max_new_tokens
         if len(set(self.tiers)) < 2:
             raise StudyError(f"a heterogeneous swarm needs at least two different tiers, got {self.tiers}")
         if self.agents_per_tier < 1 or self.rounds < 1:

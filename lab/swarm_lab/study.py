@@ -150,7 +150,7 @@ from worker.shared.arms import (
     study_v4_arms,
     with_questions,
 )
-from worker.shared.config import DEFAULT_POOL_WINDOW
+from worker.shared.config import CPU_STUDY_MAX_NEW_TOKENS, CPU_STUDY_ROUNDS, DEFAULT_POOL_WINDOW, ROUND
 
 # The paper's Table (8 agents, Qwen2.5-0.5B, 2000 rounds, G = 8, one run).
 PAPER_CUMULATIVE = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}
@@ -311,7 +311,6 @@ CURVE_DEFINITION = "per-round mean reward over the agents of one cell (arm, seed
 # 10 seeds: the exact sign-flip test's smallest p is 2/2^n, and Holm over the family of 3
 # multiplies the smallest p by 3, so n >= 7 is needed before anything can be significant; 10
 # tolerates one contrary seed of half the others' size (p = 4/1024, Holm 0.012).
-DEFAULT_ROUNDS = 45
 DEFAULT_SEEDS = 10
 DEFAULT_OTHER_SEEDS = 6
 
@@ -325,10 +324,10 @@ class StudyConfig:
     """The settings of a study; all but ``seeds``/``arms`` must match to resume a results file."""
 
     agents: int = 8
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int | None = None  # None: the CPU study's (config.CPU_STUDY_ROUNDS, 45)
     seeds: list[int] = field(default_factory=lambda: list(range(DEFAULT_SEEDS)))
-    group_size: int = 8  # G
-    max_new_tokens: int = 16
+    group_size: int = ROUND.group_size  # G
+    max_new_tokens: int | None = None  # None: the CPU study's (config.CPU_STUDY_MAX_NEW_TOKENS, 16)
     tier: str = "tiny-1m"
     tasks: str = "cpu"  # task preset (worker/shared/questions.py)
     learning_rate: float | None = None  # None: the tier's
@@ -371,6 +370,10 @@ class StudyConfig:
         )
 
     def __post_init__(self) -> None:
+        if self.rounds is None:
+            self.rounds = CPU_STUDY_ROUNDS
+        if self.max_new_tokens is None:
+            self.max_new_tokens = CPU_STUDY_MAX_NEW_TOKENS
         if self.design not in DESIGNS:
             raise StudyError(f"unknown design {self.design!r}; designs: {', '.join(DESIGNS)}")
         if self.arms is None:

@@ -35,7 +35,14 @@ from worker.shared.arms import (
     with_questions,
 )
 from worker.shared.campaign_controls import ControlsConfig
-from worker.shared.config import DEFAULT_POOL_WINDOW, ROUND, AgentConfig, GRPOConfig
+from worker.shared.config import (
+    CPU_STUDY_MAX_NEW_TOKENS,
+    CPU_STUDY_ROUNDS,
+    DEFAULT_POOL_WINDOW,
+    ROUND,
+    AgentConfig,
+    GRPOConfig,
+)
 from worker.shared.declaration import declared, setting_problems, settings_table
 from worker.shared.evaluation import MAX_EVAL_QUESTIONS
 from worker.shared.prompts import system_prompt
@@ -606,15 +613,15 @@ def cpu_study_config(**overrides: Any) -> CampaignConfig:
     studies v2 to v4, and the heterogeneous study): tiny-1m on the cpu tasks, B = G = 8, 4/4, 16
     new tokens, 45 rounds, the default pool window; 5 independent swarms against 5 seeds of the
     isolated 8/0, the paper's reference (the platform's validation campaign, issue #50). The
-    studies take their rounds and tokens from here."""
+    lab's studies run the same rounds and tokens (config.CPU_STUDY_ROUNDS, CPU_STUDY_MAX_NEW_TOKENS)."""
     base = CampaignConfig(
         tiers=["tiny-1m"],
         group_size=8,
         questions_per_round=8,
         num_local=4,
         num_external=4,
-        rounds=45,
-        max_new_tokens=16,
+        rounds=CPU_STUDY_ROUNDS,
+        max_new_tokens=CPU_STUDY_MAX_NEW_TOKENS,
         controls=ControlsConfig(seeds=5, filtered=False, reference="isolated"),
         replicates=5,
         # held-out accuracy at rounds 15, 30 and 45 on 64 questions per task, as study v4's

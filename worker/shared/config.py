@@ -213,6 +213,12 @@ class RoundDefaults:
 
 ROUND = RoundDefaults()
 
+# The CPU study's scale, where it departs from a campaign's defaults (docs/experiments: studies v2
+# to v4 and the heterogeneous study ran it): the `cpu-study` campaign preset and the lab's studies
+# read it; 45 rounds of 16 new tokens on tiny-1m (docs/experiments/README.md, "Budget").
+CPU_STUDY_ROUNDS = 45
+CPU_STUDY_MAX_NEW_TOKENS = 16
+
 
 @dataclass
 class AgentConfig:

@@ -12,9 +12,15 @@ from swarm_lab.cli import executors
 from swarm_lab.heterogeneous import OUT, QUICK_OUT, HeterogeneousConfig, run_heterogeneous
 from swarm_lab.study import StudyError
 from swarm_lab.study_runner import DEFAULT_JOBS
+from worker.cli.declared import add_declared_command, add_setting_flag
 
 
 def cmd_heterogeneous(args: argparse.Namespace) -> int:
+    from worker.shared.campaign import SETTINGS
+
+    if args.rounds is not None and (problem := SETTINGS["rounds"].problem(args.rounds)):
+        print(f"swarm-worker heterogeneous: rounds: {problem}", file=sys.stderr)
+        return 2
     base = HeterogeneousConfig.quick_config() if args.quick else HeterogeneousConfig()
     overrides: dict[str, Any] = {}
     if args.seeds is not None:
@@ -66,11 +72,15 @@ def cmd_heterogeneous(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command's parser, built when it runs (the settings' declarations load reasoning-gym)."""
+    from worker.shared.campaign import SETTINGS
+
     full, quick = HeterogeneousConfig(), HeterogeneousConfig.quick_config()
-    parser = sub.add_parser(
-        "heterogeneous",
-        help="run the heterogeneous swarm study (two sizes in one pool vs a pool per size vs alone); resumable",
+    parser = argparse.ArgumentParser(
+        prog="swarm-worker heterogeneous",
+        description="Run the heterogeneous swarm study (two sizes in one pool vs a pool per size vs "
+        "alone); resumable.",
     )
     parser.add_argument(
         "--quick",
@@ -84,7 +94,9 @@ def add_parser(sub: Any) -> None:
         "--seeds", type=int, default=None, help=f"number of seeds (default {len(full.seeds)})"
     )
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--rounds", type=int, default=None, help=f"rounds per cell (default {full.rounds})")
+    add_setting_flag(
+        parser, SETTINGS["rounds"], default_words=f"default {full.rounds}; --quick {quick.rounds}"
+    )
     parser.add_argument(
         "--tiers", default=None, help=f"comma-separated sizes (default {','.join(full.tiers)})"
     )
@@ -100,4 +112,14 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="processes (one torch thread each)")
     executors.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.set_defaults(func=cmd_heterogeneous)
+    return parser
+
+
+def add_parser(sub: Any) -> None:
+    add_declared_command(
+        sub,
+        "heterogeneous",
+        "run the heterogeneous swarm study (two sizes in one pool vs a pool per size vs alone); resumable",
+        build_parser,
+        cmd_heterogeneous,
+    )

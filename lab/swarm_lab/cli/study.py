@@ -22,6 +22,7 @@ from swarm_lab.study import (
     StudyError,
 )
 from swarm_lab.study_runner import DEFAULT_JOBS, run_study
+from worker.cli.declared import add_declared_command, add_setting_flag
 from worker.cli.defaults import fill_defaults, formatter
 
 REPORT_DEFAULTS = {"resamples": "worker.shared.stats:BOOTSTRAP_RESAMPLES"}
@@ -41,6 +42,11 @@ def cmd_study(args: argparse.Namespace) -> int:
         return 2
     # The same seeds for every arm: that is what makes the arms' differences pair.
     seeds = list(range(args.first_seed, args.first_seed + (args.seeds or len(base.seeds))))
+    if problems := setting_problems(args):
+        for problem in problems:
+            print(f"swarm-worker study: {problem}", file=sys.stderr)
+        return 2
+    learning_rate, questions = getattr(args, "grpo.learning_rate"), args.questions_per_round
     overrides = {
         "agents": args.agents,
         "rounds": args.rounds,
@@ -48,15 +54,15 @@ def cmd_study(args: argparse.Namespace) -> int:
         "max_new_tokens": args.max_new_tokens,
         "tier": args.tier,
         "tasks": args.tasks,
-        "learning_rate": args.lr,
-        "num_iterations": args.num_iterations,
+        "learning_rate": learning_rate,
+        "num_iterations": getattr(args, "grpo.num_iterations"),
         "self_window": args.self_window,
-        "questions_per_round": args.questions,
+        "questions_per_round": questions,
         "decay_rounds": args.decay_rounds,
     }
     try:
         values = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}, "seeds": seeds}
-        if args.questions is not None:
+        if questions is not None:
             values["max_questions"] = None  # 8/0-dyn's cap follows B: 2 max(B, 8)
         if args.rounds is not None:
             values["held_out_points"] = None  # the design's points, scaled to the horizon
@@ -64,7 +70,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             values["arms"] = args.arms.split(",")
         if args.other_seeds is not None:
             values["other_seeds"] = args.other_seeds or None
-        if args.lr is None and args.tier and args.tier != base.tier:
+        if learning_rate is None and args.tier and args.tier != base.tier:
             values["learning_rate"] = None  # the chosen tier's default, not tiny-1m's
         config = StudyConfig(**values)
         print(
@@ -135,15 +141,43 @@ def cmd_study_batches(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
-    # The study's defaults are StudyConfig's (full, and quick_config's with --quick).
+# The campaign settings a study takes (their flags built from the campaign's declarations), with
+# the command's older flag names.
+SETTING_ALIASES: dict[str, tuple[str, ...]] = {
+    "rounds": (),
+    "group_size": (),
+    "max_new_tokens": (),
+    "questions_per_round": ("--questions",),
+    "decay_rounds": (),
+    "grpo.learning_rate": ("--lr",),
+    "grpo.num_iterations": ("--num-iterations",),
+}
+
+
+def setting_problems(args: argparse.Namespace) -> list[str]:
+    """``path: problem`` for each setting given on the command line that its declaration refuses."""
+    from worker.shared.campaign import SETTINGS
+
+    return [
+        f"{path}: {problem}"
+        for path in SETTING_ALIASES
+        if (value := getattr(args, path)) is not None and (problem := SETTINGS[path].problem(value))
+    ]
+
+
+def build_study_parser() -> argparse.ArgumentParser:
+    """``swarm-worker study``'s parser (built when the command runs: the declarations load
+    reasoning-gym). The study's defaults are StudyConfig's (full, and quick_config's with --quick)."""
+    from worker.shared.campaign import SETTINGS
+
     full, quick = StudyConfig(), StudyConfig.quick_config()
 
     def either(name: str) -> str:
         return f"default {getattr(full, name)}; --quick {getattr(quick, name)}"
 
-    study = sub.add_parser(
-        "study", help="run the SAPO table study (arms x seeds); resumable, results after every cell"
+    study = argparse.ArgumentParser(
+        prog="swarm-worker study",
+        description="Run the SAPO table study (arms x seeds); resumable, results after every cell.",
     )
     study.add_argument(
         "--quick",
@@ -164,19 +198,9 @@ def add_parsers(sub: Any) -> None:
         help=f"number of seeds (default {len(full.seeds)}; --quick {len(quick.seeds)})",
     )
     study.add_argument("--first-seed", type=int, default=0)
-    study.add_argument("--rounds", type=int, default=None, help=f"rounds per cell ({either('rounds')})")
     study.add_argument("--agents", type=int, default=None, help=f"agents per cell ({either('agents')})")
-    study.add_argument("--group-size", type=int, default=None, help=f"G ({either('group_size')})")
-    study.add_argument("--max-new-tokens", type=int, default=None, help=either("max_new_tokens"))
     study.add_argument("--tier", default=None, help=f"default {full.tier}")
     study.add_argument("--tasks", default=None, help=f"task preset (default {full.tasks})")
-    study.add_argument("--lr", type=float, default=None, help="default: the tier's")
-    study.add_argument(
-        "--num-iterations",
-        type=int,
-        default=None,
-        help=f"GRPO passes per round (default {full.num_iterations})",
-    )
     study.add_argument(
         "--design",
         choices=DESIGNS,
@@ -191,19 +215,6 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help=f"comma-separated arms, of {', '.join(ARM_ORDER)}, or any of them at another B as "
         f"<arm>@B<n> (default {','.join(full.arms)}; v2: {','.join(StudyConfig(design='v2').arms or [])})",
-    )
-    study.add_argument(
-        "--questions",
-        type=int,
-        default=None,
-        help=f"B: questions each agent generates per round, for the arms that do not fix their own "
-        f"(@B<n>; default {full.questions_per_round}); I and J stay the arm's",
-    )
-    study.add_argument(
-        "--decay-rounds",
-        type=int,
-        default=None,
-        help=f"4/4-decay's T: its J falls linearly from 4 to 0 by this round (default {full.decay_rounds})",
     )
     study.add_argument(
         "--other-seeds",
@@ -234,7 +245,27 @@ def add_parsers(sub: Any) -> None:
         "SHA-256 of the diff); without it a full run refuses, so every cell's commit is its code",
     )
     study.add_argument("-v", "--verbose", action="store_true", help="a line per round")
-    study.set_defaults(func=cmd_study)
+    settings = study.add_argument_group(
+        "campaign settings (default: the study's; B is that of the arms that do not fix their own, "
+        "@B<n>; I and J stay the arm's; decay rounds is 4/4-decay's T)"
+    )
+    for path, aliases in SETTING_ALIASES.items():
+        name = {"grpo.learning_rate": "learning_rate", "grpo.num_iterations": "num_iterations"}.get(
+            path, path
+        )
+        words = "default: the tier's" if path == "grpo.learning_rate" else either(name)
+        add_setting_flag(settings, SETTINGS[path], aliases, default_words=words)
+    return study
+
+
+def add_parsers(sub: Any) -> None:
+    add_declared_command(
+        sub,
+        "study",
+        "run the SAPO table study (arms x seeds); resumable, results after every cell",
+        build_study_parser,
+        cmd_study,
+    )
 
     report = sub.add_parser(
         "study-report",
