@@ -16,6 +16,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
@@ -43,6 +44,20 @@ def ignore_stop_signals() -> None:
     """While children are being stopped, a second Ctrl-C must not cut the stop short."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+
+
+def stop_campaign_and_children(campaign: Any, children: Children) -> list[str]:
+    """Stop the campaign, then every child process (workers first, so that they give their
+    leases back); a second Ctrl-C is ignored meanwhile. The campaign first: its controls then end
+    after their current round, so Celery's warm shutdown does not wait on them, and no control is
+    left marked running. Returns the children killed after 30 s without stopping."""
+    from swarm_app.runs.lifecycle import stop
+
+    ignore_stop_signals()
+    campaign.refresh_from_db()
+    if not campaign.is_finished:
+        stop(campaign)
+    return children.stop(first=("worker", "controls"))
 
 
 def service_env(cache: Path) -> dict[str, str]:

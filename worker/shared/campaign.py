@@ -47,7 +47,7 @@ from worker.shared.declaration import declared, setting_problems, settings_table
 from worker.shared.evaluation import MAX_EVAL_QUESTIONS
 from worker.shared.prompts import system_prompt
 from worker.shared.questions import PRESETS, TaskError, TaskMix
-from worker.shared.rules import Broken, grpo_rules, round_rules
+from worker.shared.rules import Broken, grpo_rules, rules_of
 from worker.shared.sampling import BATCH_RULES, STRATEGIES
 from worker.shared.tiers import TIERS
 
@@ -463,15 +463,7 @@ class CampaignConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, d
             for name in self.tiers
             if name not in TIERS
         ]
-        broken = round_rules(
-            questions_per_round=self.questions_per_round,
-            num_local=self.num_local,
-            num_external=self.num_external,
-            local_strategy=self.local_strategy,
-            external_strategy=self.external_strategy,
-            batch_rule=self.batch_rule,
-            decay_rounds=self.decay_rounds,
-        )
+        broken = rules_of(self)
         grpo = {**GRPO_DEFAULTS, **self.grpo}
         broken += [
             Broken(f"grpo.{rule.setting}", rule.message, tuple(f"grpo.{name}" for name in rule.reads))

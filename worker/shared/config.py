@@ -22,7 +22,7 @@ except ImportError:  # the GPU machine's bare Python (bench/gpu_check.py's learn
             self.__dict__.update(constraints)
 
 
-from worker.shared.rules import grpo_rules, round_rules
+from worker.shared.rules import grpo_rules, rules_of
 
 # Rollouts a pool's draw reaches: a campaign's default, and the simulator's and the studies'.
 DEFAULT_POOL_WINDOW = 256
@@ -258,18 +258,7 @@ class AgentConfig:
             self.grpo = GRPOConfig(**self.grpo)
         if self.group_size < 2:
             raise ValueError("GRPO needs a group size G >= 2")
-        broken = round_rules(
-            questions_per_round=self.questions_per_round,
-            num_local=self.num_local,
-            num_external=self.num_external,
-            local_strategy=self.local_strategy,
-            external_strategy=self.external_strategy,
-            batch_rule=self.batch_rule,
-            decay_rounds=self.decay_rounds,
-            max_questions=self.max_questions,
-            replay=self.replay,
-            self_window=self.self_window,
-        )
+        broken = rules_of(self)
         if broken:
             raise ValueError(broken[0].message)
 

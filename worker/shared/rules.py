@@ -140,6 +140,28 @@ def round_rules(
     return broken
 
 
+ROUND_SETTINGS = (
+    "questions_per_round",
+    "num_local",
+    "num_external",
+    "local_strategy",
+    "external_strategy",
+    "batch_rule",
+    "decay_rounds",
+    "max_questions",
+    "replay",
+    "self_window",
+)
+
+
+def rules_of(settings: object) -> list[Broken]:
+    """:func:`round_rules` of the round settings among a config's fields (a CampaignConfig's, a
+    msgspec Struct; an AgentConfig's, a dataclass); the arm's settings a campaign lacks take
+    their defaults."""
+    fields = getattr(settings, "__struct_fields__", None) or getattr(settings, "__dataclass_fields__", {})
+    return round_rules(**{name: getattr(settings, name) for name in ROUND_SETTINGS if name in fields})
+
+
 def grpo_rules(eps_low: float, eps_high: float) -> list[Broken]:
     """The rules between GRPO settings: the learner's invariant (GRPOConfig) and a campaign's
     problem (its ``grpo`` settings)."""

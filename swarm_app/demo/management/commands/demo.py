@@ -45,10 +45,10 @@ from django.urls import reverse
 from swarm_app.demo.processes import (
     Children,
     catch_stop_signals,
-    ignore_stop_signals,
     service_env,
     start_services,
     start_training,
+    stop_campaign_and_children,
     wait_http,
 )
 
@@ -113,7 +113,7 @@ class Command(BaseCommand):
         from swarm_app.campaigns.models import Campaign
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
-        from swarm_app.runs.lifecycle import complete_if_done, launch, stop
+        from swarm_app.runs.lifecycle import complete_if_done, launch
         from swarm_app.runs.local_workers import model_cache
         from worker.shared.campaign import cpu_demo_config
         from worker.shared.tiers import tier, tiny_model_ready
@@ -243,13 +243,7 @@ class Command(BaseCommand):
             interrupted = not finished  # Ctrl-C after the campaign's end is how the demo ends
             self.stdout.write("\nstopping every process (up to a minute)...")
         finally:
-            ignore_stop_signals()  # a second Ctrl-C must not cut the stop short
-            # The campaign first: its controls then end after their current round, so Celery's
-            # warm shutdown does not wait on them, and no control is left marked running.
-            campaign.refresh_from_db()
-            if not campaign.is_finished:
-                stop(campaign)
-            killed = children.stop(first=("worker", "controls"))
+            killed = stop_campaign_and_children(campaign, children)
             if killed:
                 self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
         self.stdout.write(self.status_line(campaign))

@@ -41,11 +41,11 @@ from swarm_app.demo.processes import (
     ROOT,
     Children,
     catch_stop_signals,
-    ignore_stop_signals,
     process_tree_rss,
     service_env,
     start_services,
     start_training,
+    stop_campaign_and_children,
     wait_http,
 )
 from swarm_app.demo.validation import analyse, arm_problems, campaign_settings, deviations
@@ -309,7 +309,7 @@ class Command(BaseCommand):
         from swarm_app.campaigns.models import RoundMetrics
         from swarm_app.coordinator.models import WorkerToken
         from swarm_app.coordinator.tokens import create_token
-        from swarm_app.runs.lifecycle import complete_if_done, launch, stop
+        from swarm_app.runs.lifecycle import complete_if_done, launch
         from swarm_app.runs.local_workers import model_cache
 
         catch_stop_signals()
@@ -366,11 +366,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nstopping every process (up to a minute)...")
         finally:
-            ignore_stop_signals()
-            campaign.refresh_from_db()
-            if not campaign.is_finished:
-                stop(campaign)
-            killed = children.stop(first=("worker", "controls"))
+            killed = stop_campaign_and_children(campaign, children)
             if killed:
                 self.stdout.write(f"killed after 30 s without stopping: {', '.join(killed)}")
         if not finished:
