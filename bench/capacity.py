@@ -288,8 +288,7 @@ def viewers_process(url: str, origin: str, campaign_id: int, viewers: int, volun
         after = resource.getrusage(resource.RUSAGE_SELF)
         still_open = state["open"]
         await asyncio.sleep(VIEWER_GRACE_SECONDS)
-        for task in tasks:
-            task.cancel()
+        await stop(tasks)
         failures = [
             type(r).__name__
             for r in await asyncio.gather(*tasks, return_exceptions=True)
@@ -577,6 +576,16 @@ def run(
     return result
 
 
+async def stop(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks, again while some still run: Python 3.11's wait_for can swallow a
+    cancellation that comes as its inner wait completes (a volunteer would go on)."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+
+
 def viewers_run(
     volunteers: int,
     viewers: int,
@@ -625,7 +634,7 @@ def viewers_run(
 
         async def main() -> tuple:
             loop = asyncio.get_running_loop()
-            until = time.monotonic() + 24 * 3600  # cancelled after the second window
+            until = time.monotonic() + ramp + 2 * seconds + 300  # cancelled after the second window
             tasks = [
                 asyncio.ensure_future(
                     volunteer(
@@ -643,16 +652,22 @@ def viewers_run(
                 daemon=True,
             )
             process.start()
-            opened = await loop.run_in_executor(None, ours.recv)
+            theirs.close()  # the child's end: a child that dies ends our recv with EOFError
+
+            def answer(timeout: float):
+                if not ours.poll(timeout):
+                    raise TimeoutError(f"the viewers' process did not answer within {timeout:.0f} s")
+                return ours.recv()
+
+            opened = await loop.run_in_executor(None, answer, 180.0)
+            print(f"  {opened} of {viewers} viewers open", file=sys.stderr)
             start = time.monotonic() + 5.0  # the pages have had their first tables
             ours.send((start, start + seconds))
             await asyncio.sleep(start - time.monotonic())
             watched = await window()
             connected = tally.connected
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            seen = await loop.run_in_executor(None, ours.recv)
+            await stop(tasks)
+            seen = await loop.run_in_executor(None, answer, VIEWER_GRACE_SECONDS + 120.0)
             process.join(10)
             return alone, watched, connected, opened, seen
 
