@@ -433,10 +433,14 @@ class DashboardConsumer(AsyncWebsocketConsumer):
 
     # --- the pusher ------------------------------------------------------------------------
     async def _push_loop(self) -> None:
+        """Sends what the feed offered, the tables when due, as soon as woken: the feed paces
+        the points (at most one offer per FLUSH_SECONDS), so no wait of this viewer's own adds
+        to their latency."""
         last_tables = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=TABLES_SECONDS)
+                async with asyncio.timeout(TABLES_SECONDS):  # no task per wait, as wait_for makes
+                    await self.wake.wait()
             self.wake.clear()
             if self.closing:  # this side closed the socket (a limit, a lost right): nobody to feed
                 return
@@ -455,7 +459,6 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             except Exception:  # a failed query must not end the feed; the next push retries
                 log.exception("dashboard push for campaign %s failed", self.campaign_id)
                 await asyncio.sleep(1.0)
-            await asyncio.sleep(FLUSH_SECONDS)
 
     async def _push(self, last_tables: float) -> float:
         shared, self.pending = self.pending, None
