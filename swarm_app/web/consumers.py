@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from importlib import import_module
 from types import SimpleNamespace
@@ -436,7 +437,9 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         """Sends what the feed offered, the tables when due, as soon as woken: the feed paces
         the points (at most one offer per FLUSH_SECONDS), so no wait of this viewer's own adds
         to their latency."""
-        last_tables = time.monotonic()
+        # A random phase: pages that connect together (every page after a restart of the
+        # server) do not all get their tables in the same flush, every TABLES_SECONDS.
+        last_tables = time.monotonic() - random.uniform(0.0, TABLES_SECONDS)
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TABLES_SECONDS):  # no task per wait, as wait_for makes
