@@ -88,6 +88,7 @@ class Tally:
     errors: dict[str, int] = field(default_factory=dict)
     connected: int = 0
     frame_bytes: dict[str, list[int]] = field(default_factory=dict)  # request type: [total, count]
+    reported: list[tuple[float, int]] = field(default_factory=list)  # (when, round) of each metrics_ack
 
 
 async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict) -> dict:
@@ -195,6 +196,8 @@ async def volunteer(
                             reported = await request(
                                 "metrics", round=round, metrics={"loss": 0.1, "reward": 0.5}
                             )
+                            if reported.get("type") == "metrics_ack":
+                                tally.reported.append((time.monotonic(), round))
                             held = reported.get("next_lease")
                             round += 1
                     finally:
@@ -206,6 +209,125 @@ async def volunteer(
             tally.errors[kind] = tally.errors.get(kind, 0) + 1
             tally.reconnects += 1
             await asyncio.sleep(random.uniform(0.5, 2.0))
+
+
+# --- viewers: dashboard sockets (--viewers) --------------------------------------------------
+
+VIEWER_GRACE_SECONDS = (
+    5.0  # a viewer keeps recording this long after the window: a point up to 5 s late is late, not missed
+)
+VIEWER_WATCH_EVERY = 10  # every 10th viewer watches one volunteer's curve (a per-viewer part of the frame)
+
+
+class _Round(msgspec.Struct):
+    round: int
+
+
+class _ViewerFrame(msgspec.Struct):
+    """What a viewer keeps of a server frame: its type and the rounds of a points frame (every
+    other field is skipped by the decoder, as a page would ignore what it does not draw)."""
+
+    type: str
+    points: list[_Round] = []
+
+
+async def dashboard_viewer(
+    url: str, origin: str, campaign_id: int, watch: str | None, record: list, state: dict
+) -> None:
+    """One campaign page's socket: opens ``/ws/campaigns/<id>/`` as the page does (same origin),
+    sends a ``watch`` if given, then reads every frame, recording for each points frame its
+    receive time and the rounds it carries."""
+    import websockets
+
+    decoder = msgspec.json.Decoder(_ViewerFrame)
+    async with websockets.connect(
+        f"{url}/ws/campaigns/{campaign_id}/", origin=origin, max_size=64 * 1024 * 1024, open_timeout=120
+    ) as ws:
+        if watch:
+            await ws.send(json.dumps({"type": "watch", "agents": [watch]}))
+        state["open"] += 1
+        try:
+            async for raw in ws:
+                at = time.monotonic()
+                frame = decoder.decode(raw)
+                state["frames"][frame.type] = state["frames"].get(frame.type, 0) + 1
+                if frame.type == "points":
+                    record.append((at, sorted({p.round for p in frame.points})))
+        finally:
+            state["open"] -= 1
+
+
+def viewers_process(url: str, origin: str, campaign_id: int, viewers: int, volunteers: int, conn) -> None:
+    """The viewers' own process (the volunteers' clients run in the bench's): opens ``viewers``
+    sockets, says so, gets the window (start, end) on the shared monotonic clock, records until
+    end + VIEWER_GRACE_SECONDS, and sends back per viewer its points frames, the number of sockets
+    still open at the window's end, the frame counts and its own CPU seconds within the window."""
+
+    async def main() -> dict:
+        loop = asyncio.get_running_loop()
+        records: list[list] = [[] for _ in range(viewers)]
+        state = {"open": 0, "frames": {}}
+        tasks = []
+        for i in range(viewers):
+            watch = f"node:v{i % max(1, volunteers)}" if i % VIEWER_WATCH_EVERY == 0 else None
+            tasks.append(
+                asyncio.ensure_future(dashboard_viewer(url, origin, campaign_id, watch, records[i], state))
+            )
+            if i % 50 == 49:
+                await asyncio.sleep(0.2)  # 50 pages at a time, not one burst of handshakes
+        deadline = time.monotonic() + 120
+        while state["open"] < viewers and time.monotonic() < deadline:
+            if all(task.done() for task in tasks):
+                break
+            await asyncio.sleep(0.1)
+        conn.send(state["open"])
+        start, end = await loop.run_in_executor(None, conn.recv)
+        await asyncio.sleep(max(0.0, start - time.monotonic()))
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        still_open = state["open"]
+        await asyncio.sleep(VIEWER_GRACE_SECONDS)
+        await stop(tasks)
+        failures = [
+            type(r).__name__
+            for r in await asyncio.gather(*tasks, return_exceptions=True)
+            if isinstance(r, Exception) and not isinstance(r, asyncio.CancelledError)
+        ]
+        return {
+            "records": records,
+            "open": still_open,
+            "frames": state["frames"],
+            "failures": failures,
+            "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        }
+
+    conn.send(asyncio.run(main()))
+
+
+def point_latencies(
+    reported: list[tuple[float, int]], records: list[list], end: float
+) -> tuple[list[float], int]:
+    """Per viewer and per metrics_ack (when, round) in the window: the time from the ack to the
+    first points frame received at or after it that carries that round; missed: pairs with no
+    such frame by ``end``."""
+    import bisect
+
+    latencies: list[float] = []
+    missed = 0
+    for frames in records:
+        by_round: dict[int, list[float]] = {}
+        for at, rounds in frames:
+            for number in rounds:
+                by_round.setdefault(number, []).append(at)  # frames arrive in order: sorted
+        for when, number in reported:
+            times = by_round.get(number, [])
+            i = bisect.bisect_left(times, when)
+            if i < len(times) and times[i] <= end:
+                latencies.append(times[i] - when)
+            else:
+                missed += 1
+    return latencies, missed
 
 
 # A round's requests by protocol version (worker/shared/protocol.py): version 2 folds the draw
@@ -454,6 +576,167 @@ def run(
     return result
 
 
+async def stop(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks, again while some still run: Python 3.11's wait_for can swallow a
+    cancellation that comes as its inner wait completes (a volunteer would go on)."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+
+
+def viewers_run(
+    volunteers: int,
+    viewers: int,
+    seconds: float,
+    round_seconds: float,
+    round_floor_ms: float,
+    heartbeats_fixed: bool = False,
+    version: int = 2,
+) -> dict:
+    """``volunteers`` volunteers on one campaign through two steady windows of ``seconds``: the
+    first alone, the second with ``viewers`` dashboard sockets open on the campaign (opened in a
+    second process between the windows). Prints the viewers' line and the volunteers' usual line
+    (of the second window)."""
+    import multiprocessing
+
+    from django.db import connection
+
+    from bench.coordinator import ServerCpu, make_campaign
+    from swarm_app.coordinator.models import Lease
+    from tests.servers import asgi_server
+
+    campaign, token = make_campaign(f"bench-viewers-{volunteers}-{viewers}")
+    mix = campaign.settings.mix
+    cpu = ServerCpu(connection.vendor == "postgresql")
+    tally = Tally()
+    ramp = round_seconds + 5  # every volunteer has started its first round
+    logs = Path(tempfile.mkdtemp())
+    spawn = multiprocessing.get_context("spawn")
+
+    async def window() -> tuple[dict, float, float, float]:
+        """One steady window: server CPU spent, the bench process's CPU seconds, start, end."""
+        before, client_before, start = (
+            cpu.sample(),
+            resource.getrusage(resource.RUSAGE_SELF),
+            time.monotonic(),
+        )
+        await asyncio.sleep(seconds)
+        after, client_after, end = cpu.sample(), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+        client = (client_after.ru_utime + client_after.ru_stime) - (
+            client_before.ru_utime + client_before.ru_stime
+        )
+        return type(cpu).spent(before, after), client, start, end
+
+    with asgi_server(logs / "daphne.log", WORKER_RATE_PER_SECOND="1000", WORKER_RATE_BURST="1000") as base:
+        url = base.replace("http", "ws", 1)
+
+        async def main() -> tuple:
+            loop = asyncio.get_running_loop()
+            until = time.monotonic() + ramp + 2 * seconds + 300  # cancelled after the second window
+            tasks = [
+                asyncio.ensure_future(
+                    volunteer(
+                        url, token, f"v{i}", mix, round_seconds, until, tally, heartbeats_fixed, version
+                    )
+                )
+                for i in range(volunteers)
+            ]
+            await asyncio.sleep(ramp)
+            alone = await window()
+            ours, theirs = spawn.Pipe()
+            process = spawn.Process(
+                target=viewers_process,
+                args=(url, base, campaign.pk, viewers, volunteers, theirs),
+                daemon=True,
+            )
+            process.start()
+            theirs.close()  # the child's end: a child that dies ends our recv with EOFError
+
+            def answer(timeout: float):
+                if not ours.poll(timeout):
+                    raise TimeoutError(f"the viewers' process did not answer within {timeout:.0f} s")
+                return ours.recv()
+
+            opened = await loop.run_in_executor(None, answer, 180.0)
+            print(f"  {opened} of {viewers} viewers open", file=sys.stderr)
+            start = time.monotonic() + 5.0  # the pages have had their first tables
+            ours.send((start, start + seconds))
+            await asyncio.sleep(start - time.monotonic())
+            watched = await window()
+            connected = tally.connected
+            await stop(tasks)
+            seen = await loop.run_in_executor(None, answer, VIEWER_GRACE_SECONDS + 120.0)
+            process.join(10)
+            return alone, watched, connected, opened, seen
+
+        alone, watched, connected, opened, seen = asyncio.run(main())
+
+    def acked(start: float, end: float) -> list[float]:
+        return [s for at, s in tally.acks if start <= at <= end]
+
+    spent_alone, _, start_alone, end_alone = alone
+    spent, client_cpu, start, end = watched
+    latencies, latencies_alone = acked(start, end), acked(start_alone, end_alone)
+    reported = [(at, number) for at, number in tally.reported if start <= at <= end]
+    points, missed = point_latencies(reported, seen["records"], end + VIEWER_GRACE_SECONDS)
+    submitted = set(
+        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list(
+            "submission_id", flat=True
+        )
+    )
+    lost = len(tally.acked_ids - submitted)
+    per_round = list(
+        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
+    )
+    doubled = len(per_round) - len(set(per_round))
+    extra = sum(spent.values()) - sum(spent_alone.values())
+    result = {
+        "viewers": viewers,
+        "volunteers": volunteers,
+        "point_p50_ms": 1000 * percentile(points, 50),
+        "point_p99_ms": 1000 * percentile(points, 99),
+        "point_max_ms": 1000 * max(points, default=float("nan")),
+        "missed": missed,
+        "ack_p50_ms": 1000 * percentile(latencies, 50),
+        "ack_p99_ms": 1000 * percentile(latencies, 99),
+        "ack_p99_ms_alone": 1000 * percentile(latencies_alone, 99),
+        "server_ms_per_viewer_second": 1000 * extra / max(1, viewers * seconds),
+        # daphne's alone: PostgreSQL's processes are the whole server's (others' too on a shared box)
+        "daphne_ms_per_viewer_second": 1000
+        * (spent["daphne"] - spent_alone["daphne"])
+        / max(1, viewers * seconds),
+        "rounds_per_s": len(latencies) / seconds,
+    }
+    print(
+        f"viewers={viewers} volunteers={volunteers} point_p50_ms={result['point_p50_ms']:.0f} "
+        f"point_p99_ms={result['point_p99_ms']:.0f} missed={missed} ack_p99_ms={result['ack_p99_ms']:.0f} "
+        f"server_ms_per_viewer_second={result['server_ms_per_viewer_second']:.2f} "
+        f"daphne_ms_per_viewer_second={result['daphne_ms_per_viewer_second']:.2f}"
+    )
+    print(
+        f"  points: {len(points)} (report, viewer) pairs, max {result['point_max_ms']:.0f} ms, missed {missed} of "
+        f"{len(points) + missed}; sockets open {opened} at the start, {seen['open']} at the end of {viewers}; "
+        f"frames received {seen['frames']}; viewer failures {len(seen['failures'])} {sorted(set(seen['failures']))}"
+    )
+    print(
+        f"  server CPU: {sum(spent.values()):.1f} s with viewers (daphne {spent['daphne']:.1f}, postgres "
+        f"{spent['postgres']:.1f}), {sum(spent_alone.values()):.1f} s without (daphne {spent_alone['daphne']:.1f}, "
+        f"postgres {spent_alone['postgres']:.1f}) over {seconds:.0f} s windows; volunteers' ack p99 without "
+        f"viewers {result['ack_p99_ms_alone']:.0f} ms; clients' CPU: volunteers {client_cpu / seconds * 100:.0f}% "
+        f"of a core (bench process), viewers {seen['cpu'] / seconds * 100:.0f}% (their own process)"
+    )
+    print(
+        f"protocol={version} volunteers={volunteers} rounds_per_s={result['rounds_per_s']:.1f} "
+        f"(offered {volunteers / round_seconds:.1f}) ack_p50_ms={result['ack_p50_ms']:.0f} "
+        f"ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} doubled={doubled} "
+        f"connected={100 * connected / volunteers:.1f}% busy={tally.busy} "
+        f"floor_ratio={round_floor_ms / (1000 * sum(spent.values()) / max(1, len(latencies))):.2f} pool_sampling=inline"
+    )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -492,12 +775,32 @@ def main() -> None:
         f"a Celery worker of the default queue ({CELERY_PROCESSES} processes, counted as server CPU), or "
         "both, one after the other, printing ratio= celery's server CPU per round over inline's",
     )
+    parser.add_argument(
+        "--viewers",
+        type=int,
+        default=0,
+        help="N > 0: after a steady window of the volunteers alone, N dashboard sockets on their "
+        "campaign (a second process) and a second window; prints viewers=N ... point_p99_ms= ... "
+        "server_ms_per_viewer_second=",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
 
     with contextlib.redirect_stdout(sys.stderr):
         round_floor = floor()
+    if args.viewers:
+        for volunteers in args.volunteers or [1000]:
+            viewers_run(
+                volunteers,
+                args.viewers,
+                args.seconds,
+                args.round_seconds,
+                round_floor,
+                args.heartbeats == "fixed",
+                args.protocol,
+            )
+        return
     modes = ["inline", "celery"] if args.pool_sampling == "both" else [args.pool_sampling]
     for volunteers in args.volunteers or [1000]:
         results = {

@@ -1,9 +1,9 @@
 """The campaign page's live feed, ``/ws/campaigns/<id>/``.
 
-The socket joins the campaign's group (``campaign-<id>``), where every stored metrics report
-is announced (``metrics.points``, a batch of them: swarm_app/campaigns/broadcast.py). It does not forward those
-events: with a thousand workers that would be a thousand messages per round per viewer.
-Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
+Every stored metrics report is announced to the campaign's group (``campaign-<id>``:
+``metrics.points``, a batch of them: swarm_app/campaigns/broadcast.py). The socket does not
+forward those events: with a thousand workers that would be a thousand messages per round per
+viewer. Instead they are coalesced and pushed, at most every FLUSH_SECONDS:
 
 * ``points``: the current aggregates (mean, std, agents) of the rounds that changed, read from
   the rollups after refreshing them, the per-round difference bands they change
@@ -12,6 +12,21 @@ Instead it coalesces them and pushes, at most every FLUSH_SECONDS:
 * ``tables``, at most every TABLES_SECONDS and at least every IDLE_TABLES_SECONDS: summary,
   pool, workers, controls;
 * ``state`` at once when an organizer pauses, resumes, stops or the campaign ends.
+
+**The shared push.** What is the same for every viewer of a campaign is computed once per
+ASGI process, not once per viewer: a CampaignFeed per campaign and process is the group's only
+member here (one channel-layer message per batch reaches the process, whatever the number of
+viewers), refreshes the rollups and reads the touched rounds' aggregates and bands once per
+flush, encodes that points frame once, reads and encodes the tables frame at most once per
+FLUSH_SECONDS, and answers "is the campaign public" at most once per AUTH_RECHECK_SECONDS.
+Each viewer's own task (DashboardConsumer._push_loop) keeps what is its own: its watched
+agents' points (a viewer with some gets its own encoding of the frame), its rights' recheck
+(of its session, when the campaign is not public) and its tables' timing. A viewer holds at
+most one pending points value: a flush offered before it sent the last one is merged into it
+(the newer value of a round wins), so a slow viewer costs a bounded amount of memory here;
+what daphne has already written for it but the network has not taken is bounded by daphne's
+keepalive: daphne pings every --ping-interval (20 s) and drops a socket whose pong has not
+come back within --ping-timeout (30 s), so at most about 50 s of a stuck viewer's frames.
 
 A viewer selects agents by sending ``{"type": "watch", "agents": ["node:…", "control:…"]}``
 (at most messages.MAX_WATCHED names of at most 80 characters; the only frame a viewer sends).
@@ -37,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from importlib import import_module
 from types import SimpleNamespace
@@ -88,6 +104,11 @@ def frame_bytes(text_data: str | None, bytes_data: bytes | None) -> int:
     return len(text_data) if len(text_data) > MAX_FRAME_BYTES else len(text_data.encode())
 
 
+def campaign_is_public(campaign_id: int) -> bool:
+    """Whether anyone may see the campaign (whoever the viewer is)."""
+    return Campaign.objects.filter(pk=campaign_id, public=True).exists()
+
+
 def may_see(campaign_id: int, session_key: str | None) -> bool:
     """Public campaigns are for everyone; private ones for staff."""
     campaigns = Campaign.objects.filter(pk=campaign_id)
@@ -96,9 +117,221 @@ def may_see(campaign_id: int, session_key: str | None) -> bool:
     return campaigns.exists()
 
 
+class SharedPoints:
+    """One flush's aggregates and bands of a campaign, computed once for all of this process's
+    viewers of it; ``text`` is the points frame of a viewer that watches no new point (most
+    viewers), encoded once too."""
+
+    __slots__ = ("_text", "bands", "points", "sent_at")
+
+    def __init__(
+        self, points: list[messages.AggregatePoint], bands: list[messages.Band], sent_at: float
+    ) -> None:
+        self.points, self.bands, self.sent_at = points, bands, sent_at
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            frame = messages.PointsFrame(
+                points=self.points, bands=self.bands, agents=[], sent_at=self.sent_at
+            )
+            self._text = messages.encode_frame(frame)
+        return self._text
+
+    def frame(self, agents: list[messages.AgentPoint]) -> str:
+        """The points frame of a viewer with these new points of its watched agents."""
+        if not agents:
+            return self.text
+        frame = messages.PointsFrame(
+            points=self.points, bands=self.bands, agents=agents, sent_at=self.sent_at
+        )
+        return messages.encode_frame(frame)
+
+    def then(self, newer: SharedPoints) -> SharedPoints:
+        """This flush followed by a newer one, as one: what a viewer that has not sent this one
+        yet gets instead of both (the newer value of a round wins; bounded by the rounds)."""
+        points = {(p.tier, p.arm, p.round): p for p in self.points} | {
+            (p.tier, p.arm, p.round): p for p in newer.points
+        }
+        bands = {(b.tier, b.arm, b.round): b for b in self.bands} | {
+            (b.tier, b.arm, b.round): b for b in newer.bands
+        }
+        return SharedPoints(list(points.values()), list(bands.values()), newer.sent_at)
+
+
+class CampaignFeed:
+    """A campaign's live feed in this process, shared by every viewer of it here.
+
+    The feed is the campaign group's only member in this process: one channel-layer message per
+    ``metrics.points`` batch reaches the process, not one per viewer. At most every
+    FLUSH_SECONDS it refreshes the rollups and reads the touched rounds' aggregates and bands
+    once, and offers the result to each viewer (DashboardConsumer.offer), which sends it from
+    its own task: a viewer adds only its watched agents' points, its rights' recheck and its
+    tables. A viewer's pending points are one merged value, never a queue.
+    """
+
+    feeds: dict[tuple[asyncio.AbstractEventLoop, int], CampaignFeed] = {}
+
+    def __init__(self, campaign_id: int, layer: Any) -> None:
+        self.campaign_id = campaign_id
+        self.layer = layer
+        self.viewers: set[DashboardConsumer] = set()
+        self.keys: set[tuple[str, str, int]] = set()
+        self.wake = asyncio.Event()
+        self.started = asyncio.get_running_loop().create_future()
+        self.tasks: list[asyncio.Task] = []
+        self.pending_states: set[asyncio.Task] = set()
+        self.public: tuple[float, bool] = (float("-inf"), False)  # (when asked, the answer)
+        self.public_lock = asyncio.Lock()
+        self.tables: tuple[float, str] = (float("-inf"), "")  # (when read, the encoded frame)
+        self.tables_lock = asyncio.Lock()
+        self.states = 0  # state changes seen: a tables frame read before one is not kept
+        self.flushes = 0  # the points computed (tests count them)
+
+    @classmethod
+    async def join(cls, viewer: DashboardConsumer) -> CampaignFeed:
+        key = (asyncio.get_running_loop(), viewer.campaign_id)
+        feed = cls.feeds.get(key)
+        if feed is None:
+            feed = cls.feeds[key] = cls(viewer.campaign_id, viewer.channel_layer)
+            try:
+                await feed.start()
+            except BaseException as error:
+                del cls.feeds[key]
+                feed.started.set_exception(error)
+                feed.started.exception()  # retrieved: the viewers that wait on it get it too
+                raise
+            feed.started.set_result(None)
+        else:
+            await asyncio.shield(feed.started)
+        feed.viewers.add(viewer)
+        return feed
+
+    async def leave(self, viewer: DashboardConsumer) -> None:
+        self.viewers.discard(viewer)
+        key = (asyncio.get_running_loop(), self.campaign_id)
+        if self.viewers or self.feeds.get(key) is not self:
+            return
+        del self.feeds[key]
+        await self.stop()
+
+    async def start(self) -> None:
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(campaign_group(self.campaign_id), self.channel)
+        self.tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._push_loop())]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.layer.group_discard(campaign_group(self.campaign_id), self.channel)
+
+    async def is_public(self) -> bool:
+        """Whether the campaign is public, asked of the database at most every
+        AUTH_RECHECK_SECONDS for all of this process's viewers of it."""
+        async with self.public_lock:
+            asked, answer = self.public
+            if time.monotonic() - asked >= AUTH_RECHECK_SECONDS:
+                asked = time.monotonic()
+                answer = await database_sync_to_async(campaign_is_public)(self.campaign_id)
+                self.public = (asked, answer)
+            return answer
+
+    async def tables_text(self) -> str:
+        """The tables frame, read and encoded at most once per FLUSH_SECONDS for all of this
+        process's viewers of the campaign (dashboard.cached_tables shares its costly part for
+        longer; the campaign's state in it is read with each frame, and a frame read before a
+        state change is not reused after it)."""
+        async with self.tables_lock:
+            at, text = self.tables
+            if time.monotonic() - at >= FLUSH_SECONDS:
+                at, states = time.monotonic(), self.states
+                tables = await database_sync_to_async(dashboard.cached_tables)(self.campaign_id)
+                text = messages.encode_frame(messages.TablesFrame(**tables))
+                if states == self.states:
+                    self.tables = (at, text)
+            return text
+
+    # --- group events ----------------------------------------------------------------------
+    async def _receive_loop(self) -> None:
+        while True:
+            event = await self.layer.receive(self.channel)
+            try:
+                self.dispatch(event)
+            except Exception:  # one bad event must not end the feed
+                log.exception(
+                    "dashboard feed of campaign %s: event %s failed", self.campaign_id, event.get("type")
+                )
+
+    def dispatch(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "metrics.points":
+            batch = messages.receive_event(event, messages.MetricsPoints)
+            if batch is None:
+                return
+            for point in batch.points:
+                self.keys.add((point.tier, point.arm, point.round))
+            for viewer in self.viewers:
+                viewer.metrics_points(batch)
+            self.wake.set()
+        elif kind == "campaign.state":
+            change = messages.receive_event(event, messages.CampaignStateEvent)
+            if change is None:
+                return
+            self.public = (float("-inf"), False)  # a change of state is rare: always asked again
+            self.states += 1
+            self.tables = (float("-inf"), "")
+            for viewer in self.viewers:
+                task = asyncio.ensure_future(viewer.campaign_state(change))
+                self.pending_states.add(task)
+                task.add_done_callback(self.pending_states.discard)
+        elif kind == "dashboard.refresh":
+            if messages.receive_event(event, messages.DashboardRefresh) is None:
+                return
+            for viewer in self.viewers:
+                viewer.dashboard_refresh()
+        else:
+            log.warning("dashboard feed of campaign %s: dropped an unknown event %r", self.campaign_id, kind)
+
+    # --- the shared push -------------------------------------------------------------------
+    async def _push_loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            keys, self.keys = self.keys, set()
+            if keys:
+                try:
+                    points, bands = await database_sync_to_async(self._points)(keys)
+                except Exception:  # a failed query must not end the feed; the next push retries
+                    self.keys |= keys  # kept: the next push retries them
+                    self.wake.set()
+                    log.exception("dashboard push for campaign %s failed", self.campaign_id)
+                    await asyncio.sleep(1.0)
+                    continue
+                shared = SharedPoints(points, bands, time.time())
+                for viewer in self.viewers:
+                    viewer.offer(shared)
+            await asyncio.sleep(FLUSH_SECONDS)
+
+    def _points(
+        self, keys: set[tuple[str, str, int]]
+    ) -> tuple[list[messages.AggregatePoint], list[messages.Band]]:
+        """The touched rounds' aggregates and the per-round difference bands they change, as
+        their declarations (a shape that does not match raises here, not in the browser)."""
+        self.flushes += 1
+        dashboard.refresh_rollups(rebuild=False)
+        points = msgspec.convert(dashboard.points(self.campaign_id, keys), list[messages.AggregatePoint])
+        bands = msgspec.convert(dashboard.point_bands(self.campaign_id, keys), list[messages.Band])
+        return points, bands
+
+
 class DashboardConsumer(AsyncWebsocketConsumer):
     campaign_id: int
     pusher: asyncio.Task | None = None
+    feed: CampaignFeed | None = None
     closing = False  # this side closed the socket
 
     async def connect(self) -> None:
@@ -110,12 +343,12 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         if not await database_sync_to_async(may_see)(self.campaign_id, self.session_key):
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.keys: set[tuple[str, str, int]] = set()
+        self.pending: SharedPoints | None = None
         self.watched: set[str] = set()
         self.agent_points: list[messages.AgentPoint] = []
         self.tables_due = False
         self.wake = asyncio.Event()
-        await self.channel_layer.group_add(campaign_group(self.campaign_id), self.channel_name)
+        self.feed = await CampaignFeed.join(self)
         await self.accept()
         self.pusher = asyncio.create_task(self._push_loop())
 
@@ -124,15 +357,20 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             self.pusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.pusher
-        await self.channel_layer.group_discard(campaign_group(self.campaign_id), self.channel_name)
+        if self.feed is not None:
+            await self.feed.leave(self)
 
     async def _still_allowed(self) -> bool:
         """Whether the viewer may still see the campaign (asked again at most every
-        AUTH_RECHECK_SECONDS); if not, the socket is closed with CLOSE_FORBIDDEN."""
+        AUTH_RECHECK_SECONDS); if not, the socket is closed with CLOSE_FORBIDDEN. A public
+        campaign is for everyone: that answer is the feed's, shared by this process's viewers;
+        a private one is asked of this viewer's session."""
         now = time.monotonic()
         if now - self.checked_at < AUTH_RECHECK_SECONDS:
             return True
         self.checked_at = now
+        if self.feed is not None and await self.feed.is_public():
+            return True
         if await database_sync_to_async(may_see)(self.campaign_id, self.session_key):
             return True
         await self.close(code=CLOSE_FORBIDDEN)
@@ -161,45 +399,51 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         self.closing = True
         await super().close(code=code, reason=reason)
 
-    # --- group events ----------------------------------------------------------------------
-    async def metrics_points(self, event: dict[str, Any]) -> None:
-        batch = messages.receive_event(event, messages.MetricsPoints)
-        if batch is None:
+    # --- from the campaign's feed (CampaignFeed.dispatch) ----------------------------------
+    def metrics_points(self, batch: messages.MetricsPoints) -> None:
+        """New reports: keep the watched agents' points; they go with the feed's next offer."""
+        if not self.watched:
             return
         for point in batch.points:
-            self.keys.add((point.tier, point.arm, point.round))
             if point.agent in self.watched:
                 self.agent_points.append(
                     messages.AgentPoint(agent=point.agent, round=point.round, reward=point.reward)
                 )
+
+    def offer(self, shared: SharedPoints) -> None:
+        """The feed's flush: sent by this viewer's pusher (merged into one if it has not sent
+        the last one yet: a slow viewer holds one value, not a queue)."""
+        self.pending = shared if self.pending is None else self.pending.then(shared)
         self.tables_due = True
         self.wake.set()
 
-    async def campaign_state(self, event: dict[str, Any]) -> None:
-        change = messages.receive_event(event, messages.CampaignStateEvent)
-        if change is None:
-            return
+    async def campaign_state(self, change: messages.CampaignStateEvent) -> None:
         self.checked_at = float("-inf")  # a change of state is rare: always asked again
-        if not await self._still_allowed():
+        if self.closing or not await self._still_allowed():
             return
-        await self.send(
-            text_data=messages.encode_frame(messages.StateFrame(state=change.state, reason=change.reason))
-        )
+        with contextlib.suppress(Disconnected):  # the viewer went meanwhile
+            await self.send(
+                text_data=messages.encode_frame(messages.StateFrame(state=change.state, reason=change.reason))
+            )
         self.tables_due = True
         self.wake.set()
 
-    async def dashboard_refresh(self, event: dict[str, Any]) -> None:
-        if messages.receive_event(event, messages.DashboardRefresh) is None:
-            return
+    def dashboard_refresh(self) -> None:
         self.tables_due = True
         self.wake.set()
 
     # --- the pusher ------------------------------------------------------------------------
     async def _push_loop(self) -> None:
-        last_tables = time.monotonic()
+        """Sends what the feed offered, the tables when due, as soon as woken: the feed paces
+        the points (at most one offer per FLUSH_SECONDS), so no wait of this viewer's own adds
+        to their latency."""
+        # A random phase: pages that connect together (every page after a restart of the
+        # server) do not all get their tables in the same flush, every TABLES_SECONDS.
+        last_tables = time.monotonic() - random.uniform(0.0, TABLES_SECONDS)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=TABLES_SECONDS)
+                async with asyncio.timeout(TABLES_SECONDS):  # no task per wait, as wait_for makes
+                    await self.wake.wait()
             self.wake.clear()
             if self.closing:  # this side closed the socket (a limit, a lost right): nobody to feed
                 return
@@ -218,40 +462,19 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             except Exception:  # a failed query must not end the feed; the next push retries
                 log.exception("dashboard push for campaign %s failed", self.campaign_id)
                 await asyncio.sleep(1.0)
-            await asyncio.sleep(FLUSH_SECONDS)
 
     async def _push(self, last_tables: float) -> float:
-        keys, self.keys = self.keys, set()
+        shared, self.pending = self.pending, None
         agent_points, self.agent_points = self.agent_points, []
-        if keys or agent_points:
-            try:
-                points, bands = await database_sync_to_async(self._points)(keys)
-            except BaseException:
-                # Keep what this push was for: the next one retries it (otherwise a failed query
-                # would drop these rounds from the live chart until the next reload).
-                self.keys |= keys
-                self.agent_points[:0] = agent_points
-                raise
-            frame = messages.PointsFrame(points=points, bands=bands, agents=agent_points, sent_at=time.time())
-            await self.send(text_data=messages.encode_frame(frame))
+        if shared is not None:
+            await self.send(text_data=shared.frame(agent_points))
+        elif agent_points:  # kept for the feed's next offer (they always come with one)
+            self.agent_points[:0] = agent_points
         now = time.monotonic()
         since = now - last_tables
         if (self.tables_due and since >= TABLES_SECONDS) or since >= IDLE_TABLES_SECONDS:
             self.tables_due = False
-            tables = await database_sync_to_async(self._tables)()
-            await self.send(text_data=messages.encode_frame(messages.TablesFrame(**tables)))
+            assert self.feed is not None  # connected
+            await self.send(text_data=await self.feed.tables_text())
             return now
         return last_tables
-
-    def _points(
-        self, keys: set[tuple[str, str, int]]
-    ) -> tuple[list[messages.AggregatePoint], list[messages.Band]]:
-        """The touched rounds' aggregates and the per-round difference bands they change, as
-        their declarations (a shape that does not match raises here, not in the browser)."""
-        dashboard.refresh_rollups(rebuild=False)
-        points = msgspec.convert(dashboard.points(self.campaign_id, keys), list[messages.AggregatePoint])
-        bands = msgspec.convert(dashboard.point_bands(self.campaign_id, keys), list[messages.Band])
-        return points, bands
-
-    def _tables(self) -> dict[str, Any]:
-        return dashboard.cached_tables(self.campaign_id)

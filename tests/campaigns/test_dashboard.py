@@ -26,7 +26,7 @@ from swarm_app.campaigns.models import AgentBlock, Campaign, ControlRun, RoundAg
 from swarm_app.coordinator.models import Lease, PoolRollout, WorkerNode
 from swarm_app.coordinator.tokens import create_token
 from swarm_app.core import messages
-from swarm_app.web import dashboard, estimates, series, status_tables
+from swarm_app.web import consumers, dashboard, estimates, series, status_tables
 from tests.coordinator.helpers import in_thread
 from worker.shared import stats
 from worker.shared.campaign import CampaignConfig
@@ -725,6 +725,66 @@ def test_live_points_reach_the_socket_coalesced_and_fast(coordinator, tmp_path):
     print(f"live update latencies (s): {[round(x, 3) for x in latencies]}")
     assert max(latencies) < 2.0
     assert "dropped a malformed metrics.points event" in (tmp_path / "daphne.log").read_text()
+
+
+def test_the_viewers_of_a_campaign_share_one_computed_points_frame(coordinator):
+    """A server reads a flush's aggregates once for all its viewers of the campaign
+    (web/consumers.CampaignFeed), not once per viewer: three pages get the same points frame,
+    computed at one moment (one sent_at); the page that watches an agent gets its point in it."""
+    campaign = make_campaign()
+    run = ControlRun.objects.create(campaign=campaign, tier="tiny-1m", arm="isolated", seed=0)
+
+    async def first_with(ws, number: int) -> dict:
+        while True:
+            message = await next_of(ws, "points")
+            if number in {p["round"] for p in message["points"]}:
+                return message
+
+    async def scenario() -> list[list[dict]]:
+        pages = [await open_dashboard(coordinator, campaign.pk) for _ in range(3)]
+        await pages[0].send(json.dumps({"type": "watch", "agents": [f"control:{run.pk}"]}))
+        await asyncio.sleep(0.5)
+        seen = []
+        for number in range(3):
+            await in_thread(record, run, number, {"reward": 0.1 * number, "loss": 0.0})
+            seen.append([await first_with(page, number) for page in pages])
+        for page in pages:
+            await page.close()
+        return seen
+
+    for number, frames in enumerate(asyncio.run(scenario())):
+        assert len({frame["sent_at"] for frame in frames}) == 1, [frame["sent_at"] for frame in frames]
+        assert frames[0]["points"] == frames[1]["points"] == frames[2]["points"]
+        assert frames[0]["bands"] == frames[1]["bands"] == frames[2]["bands"]
+        assert {
+            "agent": f"control:{run.pk}",
+            "round": number,
+            "reward": pytest.approx(0.1 * number),
+        } in frames[0]["agents"]
+        assert frames[1]["agents"] == frames[2]["agents"] == []
+
+
+def test_a_slow_viewer_holds_one_merged_points_value_not_a_queue():
+    """Flushes offered to a viewer that has not sent the last one merge into one value (the
+    newer aggregate of a round wins): its pending points grow with the rounds, not the flushes."""
+
+    def flush(number: int, mean: float, at: float) -> consumers.SharedPoints:
+        point = messages.AggregatePoint(
+            tier="t", arm="swarm", round=number, agents=1, mean=mean, std=0.0, completions=None,
+            units=1, unit_mean=mean, unit_std=0.0,
+        )  # fmt: skip
+        band = messages.Band(tier="t", arm="isolated", round=number, difference=mean, low=None, high=None)
+        return consumers.SharedPoints([point], [band], at)
+
+    pending = None
+    for flushed in range(1000):
+        offered = flush(flushed % 3, float(flushed), float(flushed))
+        pending = offered if pending is None else pending.then(offered)
+    assert pending is not None and pending.sent_at == 999.0
+    assert sorted((p.round, p.mean) for p in pending.points) == [(0, 999.0), (1, 997.0), (2, 998.0)]
+    assert sorted((b.round, b.difference) for b in pending.bands) == [(0, 999.0), (1, 997.0), (2, 998.0)]
+    frame = json.loads(pending.frame([]))
+    assert frame["type"] == "points" and frame["agents"] == [] and len(frame["points"]) == 3
 
 
 def test_private_campaigns_are_not_streamed_to_anonymous_viewers(coordinator):
