@@ -108,7 +108,7 @@ def fail(message: str) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from worker.engine.generation.select import BackendUnavailable
     from worker.research.simulate import SimulationConfig, simulate
-    from worker.shared.arms import controls_for, pool_share_window, sapo_table_arms
+    from worker.shared.arms import Arm, controls_for, pool_share_window, sapo_table_arms
     from worker.shared.campaign import SETTINGS, CampaignConfig
     from worker.shared.config import ROUND
     from worker.shared.questions import TaskError, preset
@@ -142,7 +142,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return fail(str(error))
     elif args.preset == "sapo-table":
         arms = sapo_table_arms(b, self_window=self_window)
-    else:  # the campaign's swarm arm (I/J, backfill, decay, -is), as a campaign names it
+    elif campaign.batch_rule == "fixed":  # I/J, named I/J whatever B (the correction is the agents')
+        i, j = campaign.num_local, campaign.num_external
+        arms = [Arm(f"{i}/{j}", i, j, campaign.local_strategy, campaign.external_strategy)]
+    else:  # backfill or decay, as a campaign names its swarm arm
         arms = [campaign.swarm_arm()]
         if args.controls or args.control_kinds:
             kinds = (args.control_kinds or "isolated,filtered").split(",")
