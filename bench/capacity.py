@@ -401,6 +401,17 @@ async def phase(cpu, coroutines, ramp: float, seconds: float, tally: Tally) -> t
     return type(cpu).spent(before, after), connected, started, client_cpu
 
 
+def lost_and_doubled(campaign, tally: Tally) -> tuple[int, int]:
+    """Submissions acked to a client but not stored, and node rounds stored twice (read from the
+    database after the run)."""
+    from swarm_app.coordinator.models import Lease
+
+    stored = Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED)
+    lost = len(tally.acked_ids - set(stored.values_list("submission_id", flat=True)))
+    per_round = list(stored.values_list("node_id", "round"))
+    return lost, len(per_round) - len(set(per_round))
+
+
 def run(
     volunteers: int,
     seconds: float,
@@ -414,7 +425,6 @@ def run(
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
-    from swarm_app.coordinator.models import Lease
     from tests.servers import asgi_server, celery_worker
 
     campaign, token = make_campaign(f"bench-capacity-{volunteers}-{pool_sampling}")
@@ -505,16 +515,7 @@ def run(
     spent = {key: sum(cost[key] for _, cost in per_pass) for key in ("daphne", "postgres", "celery")}
     latencies = [s for rounds, _ in per_pass for s in rounds]
     rounds_per_s = len(latencies) / (seconds * len(per_pass))
-    submitted = set(
-        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list(
-            "submission_id", flat=True
-        )
-    )
-    lost = len(tally.acked_ids - submitted)
-    per_round = list(
-        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
-    )
-    doubled = len(per_round) - len(set(per_round))
+    lost, doubled = lost_and_doubled(campaign, tally)
     server_ms = 1000 * sum(spent.values()) / max(1, len(latencies))
     result = {
         "pool_sampling": pool_sampling,
@@ -604,7 +605,6 @@ def viewers_run(
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
-    from swarm_app.coordinator.models import Lease
     from tests.servers import asgi_server
 
     campaign, token = make_campaign(f"bench-viewers-{volunteers}-{viewers}")
@@ -681,16 +681,7 @@ def viewers_run(
     latencies, latencies_alone = acked(start, end), acked(start_alone, end_alone)
     reported = [(at, number) for at, number in tally.reported if start <= at <= end]
     points, missed = point_latencies(reported, seen["records"], end + VIEWER_GRACE_SECONDS)
-    submitted = set(
-        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list(
-            "submission_id", flat=True
-        )
-    )
-    lost = len(tally.acked_ids - submitted)
-    per_round = list(
-        Lease.objects.filter(campaign=campaign, state=Lease.State.SUBMITTED).values_list("node_id", "round")
-    )
-    doubled = len(per_round) - len(set(per_round))
+    lost, doubled = lost_and_doubled(campaign, tally)
     extra = sum(spent.values()) - sum(spent_alone.values())
     result = {
         "viewers": viewers,
