@@ -16,9 +16,11 @@ hello again and continues.
 It prints one line per run:
 
     volunteers=N rounds_per_s=... (offered ...) ack_p50_ms=... ack_p99_ms=... lost=... doubled=...
-        connected=...% busy=... floor_ratio=...
+        connected=...% busy=... floor_ratio=... pool_sampling=... admitted_p99_ms=... [servers=N]
 
-* ``ack_*``: submit to submit_ack, in the steady window only (after every volunteer said hello);
+* ``ack_*``: submit to submit_ack, in the steady window only (after every volunteer said hello),
+  ``busy`` answers and their waits included; ``admitted_p99_ms``: the same acks' last try alone
+  (from the frame sent to its ack: what an admitted request waits);
 * ``lost``: submissions acked to a client but not stored; ``doubled``: node rounds stored twice
   (both read from the database after the run);
 * ``connected``: volunteers connected at the end over N;
@@ -46,6 +48,10 @@ setting ``POOL_SAMPLING=celery``, started as platform/Procfile starts it; its CP
 server's); ``--pool-sampling both`` runs the inline coordinator, then the Celery one, and prints
 
     pool_sampling volunteers=N ratio=... (server CPU per round, celery over inline) ...
+
+With ``--servers N`` the coordinator is N daphne processes sharing one listening port
+(tests/servers.py ``asgi_servers``: each accepted connection goes to one of them), the one-box
+form of docs/deploy.md's "Scaling out"; their CPU is summed as the server's.
 
 Client and server share the machine: the clients' own CPU (one process, asyncio) is printed too,
 and what else ran should be said beside any figure.
@@ -82,6 +88,9 @@ REPLY_SECONDS = 60.0  # a client waits this long for a reply before it reconnect
 @dataclass
 class Tally:
     acks: list[tuple[float, float]] = field(default_factory=list)  # (when, seconds) of each ack
+    admitted: list[tuple[float, float]] = field(
+        default_factory=list
+    )  # (when, seconds) of each ack's last try
     acked_ids: set[str] = field(default_factory=set)
     busy: int = 0
     reconnects: int = 0
@@ -99,6 +108,7 @@ async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict
     sizes[1] += 1
     while True:
         async with lock:
+            sent = time.perf_counter()
             await ws.send(frame)
             reply = json.loads(await asyncio.wait_for(ws.recv(), REPLY_SECONDS))
             while "reply_to" not in reply:  # a push (campaign_state): not the reply
@@ -107,6 +117,8 @@ async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict
             tally.busy += 1
             await asyncio.sleep(float(reply["data"]["retry_after"]) * random.uniform(1.0, 1.5))
             continue
+        if kind == "submit" and reply.get("type") == "submit_ack":
+            tally.admitted.append((time.monotonic(), time.perf_counter() - sent))
         return reply
 
 
@@ -421,11 +433,12 @@ def run(
     echo: bool = False,
     version: int = 2,
     pool_sampling: str = "inline",
+    servers: int = 1,
 ) -> dict:
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
-    from tests.servers import asgi_server, celery_worker
+    from tests.servers import asgi_server, asgi_servers, celery_worker
 
     campaign, token = make_campaign(f"bench-capacity-{volunteers}-{pool_sampling}")
     mix = campaign.settings.mix
@@ -433,18 +446,20 @@ def run(
     tally = Tally()
     ramp = round_seconds + 5  # every volunteer has started its first round
     logs = Path(tempfile.mkdtemp())
-    with contextlib.ExitStack() as servers:
+    with contextlib.ExitStack() as stack:
         if pool_sampling == "celery":  # the default queue's worker as platform/Procfile runs it
-            servers.enter_context(celery_worker(logs / "celery.log", processes=CELERY_PROCESSES))
-        base = servers.enter_context(
-            asgi_server(
-                logs / "daphne.log",
-                # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
-                WORKER_RATE_PER_SECOND="1000",
-                WORKER_RATE_BURST="1000",
-                POOL_SAMPLING=pool_sampling,
-                **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
-            )
+            stack.enter_context(celery_worker(logs / "celery.log", processes=CELERY_PROCESSES))
+        server_env = {
+            # the per-connection rate limit is far above a volunteer's pace; the bench measures capacity
+            "WORKER_RATE_PER_SECOND": "1000",
+            "WORKER_RATE_BURST": "1000",
+            "POOL_SAMPLING": pool_sampling,
+            **({"SWARM_BENCH_ECHO": "1"} if echo else {}),
+        }
+        base = stack.enter_context(
+            asgi_server(logs / "daphne.log", **server_env)
+            if servers == 1
+            else asgi_servers(logs, servers, **server_env)
         )
         url = base.replace("http", "ws", 1)
 
@@ -509,9 +524,11 @@ def run(
             tally.errors[code] = tally.errors.get(code, 0) + n
         tally.acked_ids |= again.acked_ids
     per_pass = []
+    admitted = []
     for one, start, cost in passes:
         rounds = [s for at, s in one.acks if start <= at <= start + seconds]
         per_pass.append((rounds, cost))
+        admitted += [s for at, s in one.admitted if start <= at <= start + seconds]
     spent = {key: sum(cost[key] for _, cost in per_pass) for key in ("daphne", "postgres", "celery")}
     latencies = [s for rounds, _ in per_pass for s in rounds]
     rounds_per_s = len(latencies) / (seconds * len(per_pass))
@@ -526,6 +543,7 @@ def run(
         "offered": volunteers / round_seconds,
         "ack_p50_ms": 1000 * percentile(latencies, 50),
         "ack_p99_ms": 1000 * percentile(latencies, 99),
+        "admitted_p99_ms": 1000 * percentile(admitted, 99),
         "lost": lost,
         "doubled": doubled,
         "connected": 100 * connected / volunteers,
@@ -536,7 +554,8 @@ def run(
         f"protocol={version} volunteers={volunteers} rounds_per_s={rounds_per_s:.1f} (offered {result['offered']:.1f}) "
         f"ack_p50_ms={result['ack_p50_ms']:.0f} ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} "
         f"doubled={doubled} connected={result['connected']:.1f}% busy={tally.busy} "
-        f"floor_ratio={result['floor_ratio']:.2f} pool_sampling={pool_sampling}"
+        f"floor_ratio={result['floor_ratio']:.2f} pool_sampling={pool_sampling} "
+        f"admitted_p99_ms={result['admitted_p99_ms']:.0f}" + (f" servers={servers}" if servers > 1 else "")
     )
     print(
         f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(latencies)):.2f}, "
@@ -774,6 +793,13 @@ def main() -> None:
         "campaign (a second process) and a second window; prints viewers=N ... point_p99_ms= ... "
         "server_ms_per_viewer_second=",
     )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="daphne processes sharing the coordinator's one port (tests/servers.py asgi_servers: "
+        "the kernel hands each connection to one of them); default 1",
+    )
     args = parser.parse_args()
     setup_django()
     from bench.coordinator import floor
@@ -804,6 +830,7 @@ def main() -> None:
                 args.echo,
                 args.protocol,
                 mode,
+                args.servers,
             )
             for mode in modes
         }

@@ -125,6 +125,50 @@ def asgi_server(log_path: Path, port: int | None = None, **env: str) -> Iterator
 
 
 @contextmanager
+def asgi_servers(log_dir: Path, count: int, **env: str) -> Iterator[str]:
+    """Start ``count`` daphne processes on one loopback port (a listening socket they all
+    inherit: each accepted connection goes to one of them) and wait until each answers; yield
+    the base URL. One process is ``asgi_server``; several are the one-box form of docs/deploy.md's
+    "Scaling out" without a proxy in front."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(socket.SOMAXCONN)
+    fd = listener.fileno()
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(count):
+            log_path = log_dir / f"daphne-{i}.log"
+            with open(log_path, "ab") as log:
+                procs.append(
+                    subprocess.Popen(
+                        daphne_command(sys.executable, fd=fd),
+                        cwd=ROOT,
+                        env=server_env(**env),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        pass_fds=(fd,),
+                    )
+                )
+        deadline = time.monotonic() + 60
+        for proc, i in zip(procs, range(count), strict=True):
+            log_path = log_dir / f"daphne-{i}.log"
+            while b"Listening on" not in log_path.read_bytes():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne {i} did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.2)
+        listener.close()  # the servers hold their own copies
+        wait_http(f"{base}/healthz")
+        yield base
+    finally:
+        listener.close()
+        for proc in procs:
+            stop(proc)
+
+
+@contextmanager
 def celery_worker(
     log_path: Path, beat: bool = False, controls: int = 0, processes: int = 0, **env: str
 ) -> Iterator[subprocess.Popen]:

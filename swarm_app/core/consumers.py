@@ -22,19 +22,12 @@ MAX_ECHO_BYTES = 4 * 1024 * 1024
 DAPHNE_LIMITS = ["--websocket-max-message-size", "8388608", "--websocket-max-frame-size", "8388608"]
 
 
-def daphne_command(python: str, port: int) -> list[str]:
-    """The command line of a loopback coordinator (demo, tests, benchmarks)."""
-    return [
-        python,
-        "-m",
-        "daphne",
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        *DAPHNE_LIMITS,
-        "swarm_app.asgi:application",
-    ]
+def daphne_command(python: str, port: int | None = None, *, fd: int | None = None) -> list[str]:
+    """The command line of a loopback coordinator (demo, tests, benchmarks): on ``port``, or on
+    the inherited listening socket ``fd`` (several processes sharing one port, the kernel
+    handing each new connection to one of them)."""
+    bind = ["--fd", str(fd)] if fd is not None else ["-b", "127.0.0.1", "-p", str(port)]
+    return [python, "-m", "daphne", *bind, *DAPHNE_LIMITS, "swarm_app.asgi:application"]
 
 
 class NoDatabaseHopDispatch:
