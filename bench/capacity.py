@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import random
 import resource
@@ -391,10 +392,43 @@ async def echo_volunteer(
             tally.connected -= 1
 
 
-async def phase(cpu, coroutines, ramp: float, seconds: float, tally: Tally) -> tuple[dict, int, float, float]:
+TIMELINE_SECONDS = 10.0
+
+
+async def sample_timeline(cpu, timeline: list[tuple[float, dict[str, float]]]) -> None:
+    """The server's CPU seconds by process every TIMELINE_SECONDS, from the pass's start."""
+    while True:
+        timeline.append((time.monotonic(), cpu.sample()))
+        await asyncio.sleep(TIMELINE_SECONDS)
+
+
+def print_timeline(timeline: list[tuple[float, dict[str, float]]], tally: Tally, window: float) -> None:
+    """Per TIMELINE_SECONDS of a pass, ramp included: acks, their p99, and the cores the daphne
+    and PostgreSQL processes used; the steady window starts at ``window``."""
+    from bench.coordinator import ServerCpu
+
+    cells = []
+    for (start, before), (end, after) in itertools.pairwise(timeline):
+        acks = [s for at, s in tally.acks if start <= at < end]
+        spent = ServerCpu.spent(before, after)
+        mark = "*" if start >= window - 1.0 else ""
+        cells.append(
+            f"{mark}{start - timeline[0][0]:.0f}s: {len(acks)} acks p99 "
+            f"{1000 * percentile(acks, 99) if acks else 0:.0f} ms, daphne {spent['daphne'] / (end - start):.2f} "
+            f"pg {spent['postgres'] / (end - start):.2f} cores"
+        )
+    print("  timeline (* in the steady window): " + "; ".join(cells))
+
+
+async def phase(
+    cpu, coroutines, ramp: float, seconds: float, tally: Tally, timeline: list | None = None
+) -> tuple[dict, int, float, float]:
     """Run the volunteers; after ``ramp`` measure ``seconds``: server CPU spent, volunteers
-    connected at the end, the window's start, the clients' own CPU seconds."""
+    connected at the end, the window's start, the clients' own CPU seconds. With ``timeline``,
+    the server's CPU is sampled into it throughout (print_timeline)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    if timeline is not None:
+        tasks.append(asyncio.ensure_future(sample_timeline(cpu, timeline)))
     await asyncio.sleep(ramp)
     before, client_before, started = (
         cpu.sample(),
@@ -463,7 +497,11 @@ def run(
         )
         url = base.replace("http", "ws", 1)
 
-        def coordinator_pass(prefix: str, counted: Tally) -> tuple[dict, int, float, float]:
+        timeline: list = []
+
+        def coordinator_pass(
+            prefix: str, counted: Tally, timeline: list | None = None
+        ) -> tuple[dict, int, float, float]:
             """``volunteers`` volunteers named ``prefix``0, 1, ... through one phase."""
             until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
             return asyncio.run(
@@ -486,10 +524,11 @@ def run(
                     ramp,
                     seconds,
                     counted,
+                    timeline,
                 )
             )
 
-        spent, connected, started, client_cpu = coordinator_pass("v", tally)
+        spent, connected, started, client_cpu = coordinator_pass("v", tally, timeline)
         if echo:
             sizes = {kind: total // max(1, n) for kind, (total, n) in tally.frame_bytes.items()}
             echo_tally = Tally()
@@ -563,6 +602,7 @@ def run(
         f"celery {1000 * spent['celery'] / max(1, len(latencies)):.2f}); floor {round_floor_ms:.2f} ms; "
         f"clients' CPU {client_cpu / seconds * 100:.0f}% of a core; reconnects {tally.reconnects} {tally.errors}"
     )
+    print_timeline(timeline, tally, started)
     if echo:
         before_echo, after_echo = (
             1000 * sum(cost.values()) / max(1, len(rounds)) for rounds, cost in per_pass
