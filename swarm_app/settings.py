@@ -469,6 +469,9 @@ WORKER_HELLO_SECONDS = float(os.environ.get("WORKER_HELLO_SECONDS", "10"))
 # Past this many database calls in flight per database thread, lease, submit, sample and metrics
 # requests are answered `busy` with a retry_after (backpressure instead of timeouts).
 WORKER_BUSY_QUEUE_PER_THREAD = int(os.environ.get("WORKER_BUSY_QUEUE_PER_THREAD", "8"))
+# ... and while the process's event loop runs a timer this many milliseconds late (0: never;
+# swarm_app/coordinator/admission.py).
+WORKER_BUSY_LOOP_LAG_MS = float(os.environ.get("WORKER_BUSY_LOOP_LAG_MS", "0"))
 # The campaign form may start N `swarm-worker join` processes on this machine (demo coordinators;
 # off by default: a public coordinator must not run training jobs for whoever is staff).
 SWARM_ALLOW_LOCAL_WORKERS = env_bool("SWARM_ALLOW_LOCAL_WORKERS", False)

@@ -30,7 +30,8 @@ from swarm_app.coordinator import (
     submissions,
     telemetry,
 )
-from swarm_app.coordinator.database import database_threads, db, in_flight, queue_limit
+from swarm_app.coordinator.admission import ADMISSION
+from swarm_app.coordinator.database import database_threads, db, queue_limit
 from swarm_app.coordinator.models import WorkerNode
 from swarm_app.coordinator.presence import PRESENCE
 from swarm_app.coordinator.storage import store
@@ -59,47 +60,6 @@ DATABASE_WORK = frozenset(
         protocol.EvalSubmit,
     }
 )
-
-
-class Admission:
-    """Which database requests this process takes, and how long it tells the rest to wait.
-
-    A request is turned away (``busy``) while the database queue is full. ``retry_after`` grows
-    with how many were turned away per one taken over the last second: at 3x overload a fixed
-    wait brought every refused worker back at once, and the server spent its CPU refusing the
-    same resent submissions (bench/capacity.py, docs/coordinator-bench.md).
-    """
-
-    WINDOW = 1.0
-    MAX_WAIT = 30.0
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.taken = self.refused = 0
-        self.ratio = 0.0  # refused per taken, in the last full window
-
-    def _roll(self) -> None:
-        now = time.monotonic()
-        if now - self.started >= self.WINDOW:
-            self.ratio = self.refused / max(1, self.taken)
-            self.started, self.taken, self.refused = now, 0, 0
-
-    def admit(self) -> None:
-        """Take the request, or raise ``busy`` (a ProtocolError) with its ``retry_after``."""
-        self._roll()
-        if in_flight() < queue_limit():
-            self.taken += 1
-            return
-        self.refused += 1
-        wait = min(self.MAX_WAIT, 1.0 + 2.0 * self.ratio)
-        raise ProtocolError(
-            ErrorCode.BUSY,
-            "the coordinator is busy; send this request again shortly",
-            {"retry_after": round(wait, 2)},
-        )
-
-
-ADMISSION = Admission()
 
 
 # Protocol 2 answers a round's follow-up inside the reply to its request; each pair below runs in
