@@ -16,11 +16,14 @@ hello again and continues.
 It prints one line per run:
 
     volunteers=N rounds_per_s=... (offered ...) ack_p50_ms=... ack_p99_ms=... lost=... doubled=...
-        connected=...% busy=... floor_ratio=... pool_sampling=... admitted_p99_ms=... [servers=N]
+        connected=...% busy=... floor_ratio=... pool_sampling=... admitted_p99_ms=... settle_s=... [servers=N]
 
-* ``ack_*``: submit to submit_ack, in the steady window only (after every volunteer said hello),
-  ``busy`` answers and their waits included; ``admitted_p99_ms``: the same acks' last try alone
-  (from the frame sent to its ack: what an admitted request waits);
+* ``ack_*``: submit to submit_ack, in the steady window only, ``busy`` answers and their waits
+  included; ``admitted_p99_ms``: the same acks' last try alone (from the frame sent to its ack:
+  what an admitted request waits). The steady window starts once every volunteer is connected
+  and has had a round acked (the start's backlog is through), at least a round and 5 s after the
+  pass began: ``settle_s``, the seconds that took (the cost of N volunteers arriving within one
+  round, as after a coordinator's restart);
 * ``lost``: submissions acked to a client but not stored; ``doubled``: node rounds stored twice
   (both read from the database after the run);
 * ``connected``: volunteers connected at the end over N;
@@ -99,6 +102,7 @@ class Tally:
     connected: int = 0
     frame_bytes: dict[str, list[int]] = field(default_factory=dict)  # request type: [total, count]
     reported: list[tuple[float, int]] = field(default_factory=list)  # (when, round) of each metrics_ack
+    nodes_acked: set[str] = field(default_factory=set)  # volunteers with at least one round acked
 
 
 async def exchange(ws, lock: asyncio.Lock, tally: Tally, kind: str, fields: dict) -> dict:
@@ -204,6 +208,7 @@ async def volunteer(
                                 raise RuntimeError(f"submit: {ack}")
                             tally.acks.append((time.monotonic(), time.perf_counter() - start))
                             tally.acked_ids.add(submission_id)
+                            tally.nodes_acked.add(node_id)
                             if "samples" not in ack:  # protocol 1, or a replayed submission
                                 await request("sample_request", round=round, count=4)
                             reported = await request(
@@ -420,16 +425,33 @@ def print_timeline(timeline: list[tuple[float, dict[str, float]]], tally: Tally,
     print("  timeline (* in the steady window): " + "; ".join(cells))
 
 
+SETTLE_LIMIT = 300.0  # the longest a pass waits past its ramp for every volunteer's first ack
+
+
 async def phase(
-    cpu, coroutines, ramp: float, seconds: float, tally: Tally, timeline: list | None = None
+    cpu,
+    coroutines,
+    ramp: float,
+    seconds: float,
+    tally: Tally,
+    timeline: list | None = None,
+    settle: bool = False,
 ) -> tuple[dict, int, float, float]:
-    """Run the volunteers; after ``ramp`` measure ``seconds``: server CPU spent, volunteers
-    connected at the end, the window's start, the clients' own CPU seconds. With ``timeline``,
-    the server's CPU is sampled into it throughout (print_timeline)."""
+    """Run the volunteers; after ``ramp`` (and with ``settle``, once every volunteer is connected
+    and has had a round acked: the ramp's backlog is through, at most SETTLE_LIMIT more seconds)
+    measure ``seconds``: server CPU spent, volunteers connected at the end, the window's start,
+    the clients' own CPU seconds. With ``timeline``, the server's CPU is sampled into it
+    throughout (print_timeline)."""
     tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    volunteers = len(tasks)
     if timeline is not None:
         tasks.append(asyncio.ensure_future(sample_timeline(cpu, timeline)))
     await asyncio.sleep(ramp)
+    limit = time.monotonic() + SETTLE_LIMIT
+    while settle and time.monotonic() < limit:
+        if tally.connected >= volunteers and len(tally.nodes_acked) >= volunteers:
+            break
+        await asyncio.sleep(0.5)
     before, client_before, started = (
         cpu.sample(),
         resource.getrusage(resource.RUSAGE_SELF),
@@ -503,7 +525,9 @@ def run(
             prefix: str, counted: Tally, timeline: list | None = None
         ) -> tuple[dict, int, float, float]:
             """``volunteers`` volunteers named ``prefix``0, 1, ... through one phase."""
-            until = time.monotonic() + ramp + seconds + round_seconds  # still running when counted
+            until = (
+                time.monotonic() + ramp + SETTLE_LIMIT + seconds + round_seconds
+            )  # cancelled after the window
             return asyncio.run(
                 phase(
                     cpu,
@@ -525,9 +549,11 @@ def run(
                     seconds,
                     counted,
                     timeline,
+                    settle=True,
                 )
             )
 
+        begun = time.monotonic()
         spent, connected, started, client_cpu = coordinator_pass("v", tally, timeline)
         if echo:
             sizes = {kind: total // max(1, n) for kind, (total, n) in tally.frame_bytes.items()}
@@ -583,6 +609,7 @@ def run(
         "ack_p50_ms": 1000 * percentile(latencies, 50),
         "ack_p99_ms": 1000 * percentile(latencies, 99),
         "admitted_p99_ms": 1000 * percentile(admitted, 99),
+        "settle_s": started - begun,
         "lost": lost,
         "doubled": doubled,
         "connected": 100 * connected / volunteers,
@@ -594,7 +621,8 @@ def run(
         f"ack_p50_ms={result['ack_p50_ms']:.0f} ack_p99_ms={result['ack_p99_ms']:.0f} lost={lost} "
         f"doubled={doubled} connected={result['connected']:.1f}% busy={tally.busy} "
         f"floor_ratio={result['floor_ratio']:.2f} pool_sampling={pool_sampling} "
-        f"admitted_p99_ms={result['admitted_p99_ms']:.0f}" + (f" servers={servers}" if servers > 1 else "")
+        f"admitted_p99_ms={result['admitted_p99_ms']:.0f} settle_s={result['settle_s']:.0f}"
+        + (f" servers={servers}" if servers > 1 else "")
     )
     print(
         f"  server CPU per round {server_ms:.2f} ms (daphne {1000 * spent['daphne'] / max(1, len(latencies)):.2f}, "
