@@ -692,8 +692,12 @@ def viewers_run(
     from django.db import connection
 
     from bench.coordinator import ServerCpu, make_campaign
+    from swarm_app.campaigns.rollups import refresh_rollups
     from tests.servers import asgi_server
 
+    # What beat does in a deployment (none runs here): earlier runs' reports rolled up, so that
+    # the pages' incremental refresh is not refused as a backlog past COLD_ROWS (rollups.py).
+    refresh_rollups(rebuild=True)
     campaign, token = make_campaign(f"bench-viewers-{volunteers}-{viewers}")
     mix = campaign.settings.mix
     cpu = ServerCpu(connection.vendor == "postgresql")
