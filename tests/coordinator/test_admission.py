@@ -19,7 +19,7 @@ def test_a_loop_running_late_refuses_until_it_catches_up(settings):
     async def scenario() -> tuple[ProtocolError, float]:
         admission.admit()  # on time: taken (and the lag timer starts)
         await asyncio.sleep(0.2)
-        time.sleep(0.3)  # the loop is held: every frame read now would wait this long
+        time.sleep(0.3)  # noqa: ASYNC251 -- holding the loop is the point: every frame read now waits this long
         with pytest.raises(ProtocolError) as refused:
             admission.admit()
         await asyncio.sleep(0)  # the overdue tick runs: the lateness is remembered, decaying
@@ -41,7 +41,7 @@ def test_the_lag_signal_is_off_at_zero(settings):
 
     async def scenario() -> None:
         admission.admit()
-        time.sleep(0.3)
+        time.sleep(0.3)  # noqa: ASYNC251 -- the loop held, as above
         admission.admit()  # taken: only the database queue counts
 
     asyncio.run(scenario())
